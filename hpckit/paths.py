@@ -1,0 +1,47 @@
+"""Where hpckit's shipped assets (Ansible playbooks, sbatch templates, data files) live at run time.
+
+In a source checkout they sit at the top of the repository; in an installed wheel they are carried
+inside the package as ``hpckit._assets``. Callers never care which.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from functools import cache
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+DATA_DIR = PACKAGE_DIR / "data"
+
+
+class AssetNotFoundError(RuntimeError):
+    """An asset folder is missing from both the checkout and the installed package."""
+
+
+@cache
+def asset_dir(name: str) -> Path:
+    """Return the folder holding the asset ``name`` ("ansible" or "sbatch_templates")."""
+    spec = importlib.util.find_spec(f"hpckit._assets.{name}") if _assets_installed() else None
+    if spec is not None and spec.submodule_search_locations:
+        for location in spec.submodule_search_locations:
+            if Path(location).is_dir():
+                return Path(location)
+    checkout = PACKAGE_DIR.parent / name
+    if checkout.is_dir():
+        return checkout
+    raise AssetNotFoundError(f"hpckit cannot find its {name!r} folder (looked in the package and {checkout})")
+
+
+def _assets_installed() -> bool:
+    try:
+        return importlib.util.find_spec("hpckit._assets") is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def ansible_dir() -> Path:
+    return asset_dir("ansible")
+
+
+def templates_dir() -> Path:
+    return asset_dir("sbatch_templates")

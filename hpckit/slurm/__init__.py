@@ -1,0 +1,1 @@
+"""hpckit.slurm"""
