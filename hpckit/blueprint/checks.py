@@ -1,0 +1,163 @@
+"""Rules that span several parts of a blueprint.
+
+They read the raw (var-resolved) data rather than the validated model so that they still run, and
+their problems are still reported, when some unrelated field failed validation.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterator
+from typing import Any
+
+from hpckit.blueprint.errors import Path_, Problem
+from hpckit.blueprint.models import expand_hosts
+from hpckit.blueprint.source import Located
+
+
+def _items(data: Any, key: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    seq = data.get(key) if isinstance(data, dict) else None
+    if isinstance(seq, list):
+        for i, item in enumerate(seq):
+            if isinstance(item, dict):
+                yield i, item
+
+
+def _hosts(expr: Any) -> list[str]:
+    if not isinstance(expr, str):
+        return []
+    try:
+        return expand_hosts(expr)
+    except ValueError:
+        return []  # reported by the model
+
+
+def _addresses(value: Any) -> list[str] | None:
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    return _hosts(value) if isinstance(value, str) else None
+
+
+class _Checker:
+    def __init__(self, doc: Located, data: Any) -> None:
+        self.doc = doc
+        self.data = data if isinstance(data, dict) else {}
+        self.problems: list[Problem] = []
+
+    def add(self, path: Path_, message: str) -> None:
+        self.problems.append(self.doc.problem(path, message))
+
+    def run(self) -> list[Problem]:
+        compute = self._partitions()
+        self._service_hosts(compute)
+        self._filesystems(compute)
+        self._addresses_unique()
+        return self.problems
+
+    def _partitions(self) -> dict[str, Path_]:
+        seen: dict[str, Path_] = {}
+        names: dict[str, int] = {}
+        defaults = 0
+        for i, part in _items(self.data, "partitions"):
+            path: Path_ = ("partitions", i)
+            name = part.get("name")
+            if isinstance(name, str):
+                if name in names:
+                    self.add(
+                        (*path, "name"), f"partition {name!r} already declared at partitions[{names[name]}]"
+                    )
+                names.setdefault(name, i)
+            defaults += part.get("default") is True
+            hosts = _hosts(part.get("nodes"))
+            for host in hosts:
+                if host in seen:
+                    self.add((*path, "nodes"), f"node {host!r} is also in {_fmt(seen[host])}")
+                else:
+                    seen[host] = path
+            addrs = _addresses(part.get("addresses"))
+            if addrs is not None and hosts and len(addrs) != len(hosts):
+                self.add((*path, "addresses"), f"{len(hosts)} nodes but {len(addrs)} addresses")
+        if defaults > 1:
+            self.add(("partitions",), f"{defaults} partitions are marked default; at most one may be")
+        return seen
+
+    def _service_hosts(self, compute: dict[str, Path_]) -> None:
+        ctl = self.data.get("controller")
+        if isinstance(ctl, dict) and ctl.get("host") in compute:
+            host = ctl["host"]
+            self.add(
+                ("controller", "host"), f"controller {host!r} is also a compute node in {_fmt(compute[host])}"
+            )
+
+    def declared_hosts(self, compute: dict[str, Path_]) -> set[str]:
+        hosts = set(compute)
+        ctl = self.data.get("controller")
+        if isinstance(ctl, dict) and isinstance(ctl.get("host"), str):
+            hosts.add(ctl["host"])
+        hosts.update(str(h.get("host")) for _, h in _items(self.data, "login"))
+        return hosts
+
+    def _filesystems(self, compute: dict[str, Path_]) -> None:
+        declared = self.declared_hosts(compute)
+        mounts: dict[str, int] = {}
+        for i, fs in _items(self.data, "filesystems"):
+            server = fs.get("server")
+            if fs.get("type") == "nfs" and isinstance(server, str) and server not in declared:
+                self.add(("filesystems", i, "server"), f"server {server!r} is not a declared host")
+            mount = fs.get("mount")
+            if isinstance(mount, str):
+                norm = mount.rstrip("/") or "/"
+                if norm in mounts:
+                    self.add(
+                        ("filesystems", i, "mount"),
+                        f"mount point {mount!r} is also used by filesystems[{mounts[norm]}]",
+                    )
+                mounts.setdefault(norm, i)
+
+    def _addresses_unique(self) -> None:
+        seen: dict[str, Path_] = {}
+        lab_net = self._lab_subnet()
+        for path, addr in self._all_addresses():
+            if addr in seen:
+                self.add(path, f"address {addr} is also used by {_fmt(seen[addr])}")
+            seen.setdefault(addr, path)
+            if lab_net is not None:
+                self._in_lab(path, addr, lab_net)
+
+    def _in_lab(self, path: Path_, addr: str, net: ipaddress.IPv4Network) -> None:
+        try:
+            ip = ipaddress.IPv4Address(addr)
+        except ValueError:
+            return
+        if ip not in net:
+            self.add(path, f"address {addr} is outside the lab subnet {net}")
+        elif ip in (net.network_address, net.broadcast_address, net.network_address + 1):
+            self.add(path, f"address {addr} is reserved in the lab subnet (network, broadcast or the host's)")
+
+    def _lab_subnet(self) -> ipaddress.IPv4Network | None:
+        prov = self.data.get("provider")
+        if not isinstance(prov, dict) or prov.get("type") != "lab":
+            return None
+        try:
+            return ipaddress.IPv4Network(str(prov.get("subnet", "10.77.0.0/24")))
+        except ValueError:
+            return None
+
+    def _all_addresses(self) -> Iterator[tuple[Path_, str]]:
+        ctl = self.data.get("controller")
+        if isinstance(ctl, dict) and isinstance(ctl.get("address"), str):
+            yield ("controller", "address"), ctl["address"]
+        for i, login in _items(self.data, "login"):
+            if isinstance(login.get("address"), str):
+                yield ("login", i, "address"), login["address"]
+        for i, part in _items(self.data, "partitions"):
+            for addr in _addresses(part.get("addresses")) or []:
+                yield ("partitions", i, "addresses"), addr
+
+
+def _fmt(path: Path_) -> str:
+    return f"{path[0]}[{path[1]}]" if len(path) == 2 else str(path)
+
+
+def cross_checks(doc: Located, data: Any) -> list[Problem]:
+    return _Checker(doc, data).run()

@@ -1,0 +1,70 @@
+"""The `hpckit` command: exit codes 0 ok / 1 failure / 2 input error, no tracebacks for user mistakes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from hpckit import __version__
+from hpckit.blueprint import blueprint_schema
+from hpckit.cli import cli
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "hpckit", *args], capture_output=True, text=True, check=False)
+
+
+def test_version() -> None:
+    result = CliRunner().invoke(cli, ["--version"])
+    assert result.exit_code == 0 and __version__ in result.output
+
+
+def test_validate_examples(repo: Path) -> None:
+    done = run("validate", *(str(p) for p in sorted((repo / "blueprints").glob("*.yaml"))))
+    assert done.returncode == 0, done.stderr
+    assert "2 blueprint(s) valid" in done.stdout
+
+
+def test_validate_broken_exits_2_with_every_problem(data_dir: Path) -> None:
+    broken = data_dir / "blueprints" / "broken.yaml"
+    done = run("validate", str(broken))
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 11 and all(line.startswith(f"{broken}:") for line in lines)
+    assert "Traceback" not in done.stderr
+
+
+def test_validate_json(data_dir: Path) -> None:
+    result = CliRunner().invoke(cli, ["validate", "--json", str(data_dir / "blueprints" / "broken.yaml")])
+    assert result.exit_code == 2
+    report = json.loads(result.output)
+    assert report["ok"] is False and {"file", "line", "col", "path", "message"} <= set(report["problems"][0])
+
+
+def test_validate_with_site_vars(repo: Path, tmp_path: Path) -> None:
+    site = tmp_path / "site.yaml"
+    site.write_text("vars:\n  gpus_per_node: 2\n")
+    result = CliRunner().invoke(cli, ["validate", "-V", str(site), str(repo / "blueprints" / "lab.yaml")])
+    assert result.exit_code == 0, result.output
+    site.write_text("vars:\n  gpus_per_node: zero\n")
+    result = CliRunner().invoke(cli, ["validate", "-V", str(site), str(repo / "blueprints" / "lab.yaml")])
+    assert result.exit_code == 2 and "gpus.count" in result.output
+
+
+def test_missing_file_is_an_input_error(tmp_path: Path) -> None:
+    done = run("validate", str(tmp_path / "nope.yaml"))
+    assert done.returncode == 2 and "cannot read" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_schema_is_json_schema_and_committed_copy_is_current(repo: Path) -> None:
+    done = run("schema")
+    assert done.returncode == 0
+    schema = json.loads(done.stdout)
+    assert schema["title"] == "hpckit blueprint" and "partitions" in schema["properties"]
+    assert json.loads((repo / "hpckit-blueprint.schema.json").read_text()) == blueprint_schema(), (
+        "regenerate with: hpckit schema > hpckit-blueprint.schema.json"
+    )

@@ -1,0 +1,52 @@
+"""A built wheel carries ansible/ and sbatch_templates/ and finds them at run time, outside the repository."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+PROBE = """
+from hpckit.paths import ansible_dir, templates_dir
+import hpckit, sys
+assert 'site-packages' in hpckit.__file__, hpckit.__file__
+print(ansible_dir()); print(templates_dir())
+"""
+
+
+def _files(root: Path) -> set[str]:
+    return {
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and not p.name.endswith(".pyc")
+    }
+
+
+@pytest.mark.slow
+def test_wheel_installs_and_resolves_assets(repo: Path, tmp_path: Path) -> None:
+    dist = tmp_path / "dist"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(repo)],
+        check=True,
+        cwd=tmp_path,
+    )
+    wheel = next(dist.glob("hpckit-*.whl"))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    # The fresh venv borrows the test environment's dependencies (a .pth line) but never sees the checkout.
+    purelib = subprocess.run(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], capture_output=True, text=True
+    ).stdout.strip()
+    (Path(purelib) / "deps.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True)
+    done = subprocess.run([str(py), "-c", PROBE], capture_output=True, text=True, cwd=tmp_path, check=True)
+    ansible, templates = (Path(line) for line in done.stdout.split())
+    assert str(venv) in str(ansible) and str(venv) in str(templates)
+    assert _files(ansible) == _files(repo / "ansible")
+    assert _files(templates) == _files(repo / "sbatch_templates")
+    cli = subprocess.run([str(venv / "bin" / "hpckit"), "--version"], capture_output=True, text=True, check=True)
+    assert "hpckit" in cli.stdout
