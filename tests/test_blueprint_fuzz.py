@@ -19,9 +19,8 @@ LOCATED = re.compile(r"^fuzz\.yaml:\d+:\d+: \S.*: .+")
 def fast(examples: int) -> settings:
     return settings(max_examples=examples, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
 
-scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=20)
-)
+
+scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=20))
 documents = st.recursive(
     scalars,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=5),
@@ -70,7 +69,9 @@ def mutated(draw: st.DrawFn) -> str:
             lines[i] = line[:j] + draw(st.characters()) + line[j + 1 :]
         elif op == "value" and ":" in line:
             key = line.split(":", 1)[0]
-            lines[i] = f"{key}: {draw(st.sampled_from(['', '[]', '{}', '-1', 'x', '10.0.0.[1-', '$(vars.nope)', '*a']))}\n"
+            lines[i] = (
+                f"{key}: {draw(st.sampled_from(['', '[]', '{}', '-1', 'x', '10.0.0.[1-', '$(vars.nope)', '*a']))}\n"
+            )
         elif op == "indent":
             lines[i] = "  " + line
         if not lines:

@@ -63,9 +63,7 @@ class _Checker:
             name = part.get("name")
             if isinstance(name, str):
                 if name in names:
-                    self.add(
-                        (*path, "name"), f"partition {name!r} already declared at partitions[{names[name]}]"
-                    )
+                    self.add((*path, "name"), f"partition {name!r} already declared at partitions[{names[name]}]")
                 names.setdefault(name, i)
             defaults += part.get("default") is True
             hosts = _hosts(part.get("nodes"))
@@ -85,9 +83,7 @@ class _Checker:
         ctl = self.data.get("controller")
         if isinstance(ctl, dict) and ctl.get("host") in compute:
             host = ctl["host"]
-            self.add(
-                ("controller", "host"), f"controller {host!r} is also a compute node in {_fmt(compute[host])}"
-            )
+            self.add(("controller", "host"), f"controller {host!r} is also a compute node in {_fmt(compute[host])}")
 
     def declared_hosts(self, compute: dict[str, Path_]) -> set[str]:
         hosts = set(compute)

@@ -34,26 +34,20 @@ def load_site_vars(paths: Iterable[Path]) -> dict[str, Any]:
         data = doc.data if isinstance(doc.data, dict) else None
         extra = sorted(set(data) - {"vars"}) if data is not None else []
         if extra:
-            raise BlueprintError(
-                [doc.problem((extra[0],), "unknown key; a site file holds only `vars:`", key=True)]
-            )
+            raise BlueprintError([doc.problem((extra[0],), "unknown key; a site file holds only `vars:`", key=True)])
         if data is None or not isinstance(data.get("vars", {}), dict):
             raise BlueprintError([doc.problem((), "a site file must be a mapping with a `vars:` section")])
         merged.update(data.get("vars") or {})
     return merged
 
 
-def load_blueprint(
-    path: Path, site_files: Sequence[Path] = (), site_vars: dict[str, Any] | None = None
-) -> Blueprint:
+def load_blueprint(path: Path, site_files: Sequence[Path] = (), site_vars: dict[str, Any] | None = None) -> Blueprint:
     """Load and validate one blueprint; site files (or already-loaded site vars) set its vars."""
     merged = {**load_site_vars(site_files), **(site_vars or {})}
     return parse_blueprint(_read(path), str(path), merged)
 
 
-def parse_blueprint(
-    text: str, file: str = "<blueprint>", site_vars: dict[str, Any] | None = None
-) -> Blueprint:
+def parse_blueprint(text: str, file: str = "<blueprint>", site_vars: dict[str, Any] | None = None) -> Blueprint:
     """Validate a blueprint; raise BlueprintError listing every problem found."""
     doc = load_located(text, file)
     if not isinstance(doc.data, dict):
@@ -117,11 +111,7 @@ def _unknown_key(path: Path_, loc: tuple[int | str, ...]) -> str:
     key = str(path[-1]) if path else "?"
     fields = _fields_at(loc[:-1])
     close = difflib.get_close_matches(key, fields, n=1, cutoff=0.6)
-    hint = (
-        f"; did you mean {close[0]!r}?"
-        if close
-        else (f"; expected one of: {', '.join(fields)}" if fields else "")
-    )
+    hint = f"; did you mean {close[0]!r}?" if close else (f"; expected one of: {', '.join(fields)}" if fields else "")
     return f"unknown key {key!r}{hint}"
 
 

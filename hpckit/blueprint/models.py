@@ -157,9 +157,7 @@ class Partition(Strict):
     hardware: Hardware
     default: bool = False
     max_time: str = Field("INFINITE", pattern=r"^(INFINITE|UNLIMITED|\d+(-\d{1,2})?(:\d{1,2}){0,2})$")
-    containers: bool | None = Field(
-        None, description="enroot + pyxis here (default: on where nodes have GPUs)"
-    )
+    containers: bool | None = Field(None, description="enroot + pyxis here (default: on where nodes have GPUs)")
 
     @field_validator("nodes")
     @classmethod

@@ -96,9 +96,7 @@ class _Builder:
             if key in result:
                 first = self.out.keys[child]
                 self.out.keys[child] = _mark_of(key_node)
-                self.problems.append(
-                    self.out.problem(child, f"duplicate key (first at line {first.line})", key=True)
-                )
+                self.problems.append(self.out.problem(child, f"duplicate key (first at line {first.line})", key=True))
             self.out.keys[child] = _mark_of(key_node)
             result[key] = self.build(value_node, child, active)
         return result
