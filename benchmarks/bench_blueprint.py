@@ -13,8 +13,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._record import record  # noqa: E402
-from hpckit.blueprint import parse_blueprint  # noqa: E402
+from benchmarks._record import record
+from hpckit.blueprint import parse_blueprint
 
 HEAD = """\
 name: big
