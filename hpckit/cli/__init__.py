@@ -9,6 +9,7 @@ import click
 
 from hpckit import __version__
 from hpckit.cli import blueprint as _blueprint
+from hpckit.cli import deploy as _deploy
 from hpckit.errors import HpckitError
 
 
@@ -29,7 +30,7 @@ def cli() -> None:
     """Stand up and run Slurm GPU clusters."""
 
 
-for command in _blueprint.COMMANDS:
+for command in [*_blueprint.COMMANDS, *_deploy.COMMANDS]:
     cli.add_command(command)
 
 

@@ -1,0 +1,114 @@
+"""`hpckit deploy`, `hpckit plan`, `hpckit destroy`."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from hpckit.blueprint import Blueprint, load_blueprint
+from hpckit.blueprint.models import LabProvider
+from hpckit.cli.blueprint import site_option
+from hpckit.deploy.apply import DeployOptions, DeployResult, deploy, plan
+from hpckit.deploy.events import ConfigDiff, Tracker
+from hpckit.deploy.progress import Progress, tally_table
+from hpckit.errors import InputError
+
+blueprint_arg = click.argument("blueprint", type=click.Path(dir_okay=False, path_type=Path))
+
+
+def _load(path: Path, site_files: tuple[Path, ...]) -> Blueprint:
+    return load_blueprint(path, site_files)
+
+
+@click.command("deploy")
+@blueprint_arg
+@site_option
+@click.option("--limit", help="only these hosts (Ansible pattern)")
+@click.option("--join-timeout", default=120.0, show_default=True, help="seconds to wait for nodes to go idle")
+@click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
+@click.option("--quiet", "-q", is_flag=True, help="no progress display")
+def deploy_cmd(
+    blueprint: Path, site_files: tuple[Path, ...], limit: str | None, join_timeout: float, as_json: bool, quiet: bool
+) -> None:
+    """Build (or converge) the cluster a blueprint describes; a lab blueprint brings the lab up first."""
+    bp = _load(blueprint, site_files)
+    console = Console(stderr=as_json)
+    tracker = Tracker()
+    with Progress(tracker, console, enabled=not quiet) as progress:
+        result = deploy(bp, tracker, progress, DeployOptions(limit=limit, join_timeout=join_timeout))
+    if as_json:
+        click.echo((result.record.path / "summary.json").read_text())
+    else:
+        _print_summary(console, result)
+    sys.exit(0 if result.ok else 1)
+
+
+def _print_summary(console: Console, result: DeployResult) -> None:
+    console.print(tally_table(result.tracker, f"deploy {result.outcome.status}"))
+    for failure in result.tracker.failures:
+        console.print(f"[red]FAILED[/red] {failure}", highlight=False)
+    join = result.join
+    if join is not None:
+        if join.ok:
+            console.print(f"all {len(join.expected)} compute nodes idle in Slurm after {join.seconds:.1f} s")
+        for node, state in join.missing.items():
+            console.print(f"[red]NOT JOINED[/red] {node}: {state}", highlight=False)
+            console.print(join.log_tails.get(node, ""), highlight=False, markup=False)
+    console.print(f"record: {result.record.path}", highlight=False)
+
+
+@click.command("plan")
+@blueprint_arg
+@site_option
+@click.option("--json", "as_json", is_flag=True)
+def plan_cmd(blueprint: Path, site_files: tuple[Path, ...], as_json: bool) -> None:
+    """Show, changing nothing, how every rendered config differs from what is live."""
+    bp = _load(blueprint, site_files)
+    tracker = Tracker()
+    outcome = plan(bp, tracker, lambda event: tracker.feed(event))
+    if as_json:
+        diffs = [d.__dict__ for d in tracker.diffs]
+        click.echo(
+            json.dumps({"status": outcome.status, "diffs": diffs, "failures": [str(f) for f in tracker.failures]})
+        )
+    else:
+        _print_diffs(tracker.diffs)
+        for failure in tracker.failures:
+            click.echo(f"cannot plan {failure}", err=True)
+    sys.exit(0 if tracker.ok else 1)
+
+
+def _print_diffs(diffs: list[ConfigDiff]) -> None:
+    if not diffs:
+        click.echo("no changes: every rendered config matches what is live")
+        return
+    grouped: dict[tuple[str, str, str], list[str]] = defaultdict(list)
+    for d in diffs:
+        grouped[(d.path, d.before, d.after)].append(d.host)
+    for (path, before, after), hosts in grouped.items():
+        click.echo(f"--- {path} on {', '.join(sorted(hosts))}")
+        lines = difflib.unified_diff(before.splitlines(), after.splitlines(), "live", "rendered", lineterm="")
+        click.echo("\n".join(lines))
+
+
+@click.command("destroy")
+@blueprint_arg
+@site_option
+def destroy_cmd(blueprint: Path, site_files: tuple[Path, ...]) -> None:
+    """Take a lab blueprint's machines down (a real cluster is never destroyed by hpckit)."""
+    bp = _load(blueprint, site_files)
+    if not isinstance(bp.provider, LabProvider):
+        raise InputError(f"{blueprint}: destroy is only for `provider: lab` blueprints")
+    from hpckit.lab.provider import lab_down
+
+    lab_down(bp.cluster_name)
+    click.echo(f"lab {bp.cluster_name!r} is down")
+
+
+COMMANDS = [deploy_cmd, plan_cmd, destroy_cmd]

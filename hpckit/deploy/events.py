@@ -1,0 +1,122 @@
+"""Ansible runner events -> per-host tallies, failures and config diffs. Pure: no Ansible imports."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+COUNTED = ("ok", "changed", "failed", "unreachable", "skipped")
+
+
+@dataclass
+class HostTally:
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    unreachable: int = 0
+    skipped: int = 0
+    task: str = ""  # the task running (or last run) on this host
+
+    def as_dict(self) -> dict[str, int]:
+        return {k: getattr(self, k) for k in COUNTED}
+
+
+@dataclass(frozen=True)
+class Failure:
+    host: str
+    task: str
+    message: str
+    unreachable: bool = False
+
+    def __str__(self) -> str:
+        what = "unreachable" if self.unreachable else "failed"
+        return f"{self.host}: {what} at task {self.task!r}: {self.message}"
+
+
+@dataclass(frozen=True)
+class ConfigDiff:
+    host: str
+    task: str
+    path: str
+    before: str
+    after: str
+
+
+@dataclass
+class Tracker:
+    """Folds the event stream of one playbook run into what the progress display and summary show."""
+
+    hosts: dict[str, HostTally] = field(default_factory=dict)
+    failures: list[Failure] = field(default_factory=list)
+    diffs: list[ConfigDiff] = field(default_factory=list)
+    changed_tasks: list[tuple[str, str]] = field(default_factory=list)
+    tasks_seen: int = 0
+    current_play: str = ""
+
+    def expect_hosts(self, names: list[str]) -> None:
+        for name in names:
+            self.hosts.setdefault(name, HostTally())
+
+    def feed(self, event: Mapping[str, Any]) -> None:
+        kind = str(event.get("event", ""))
+        data: Mapping[str, Any] = event.get("event_data") or {}
+        if kind == "playbook_on_play_start":
+            self.current_play = str(data.get("play", ""))
+        elif kind == "playbook_on_task_start":
+            self.tasks_seen += 1
+        elif kind == "runner_on_start":
+            self._tally(data).task = str(data.get("task", ""))
+        elif kind.startswith("runner_on_") or kind.startswith("runner_item_on_"):
+            self._result(kind, data)
+
+    def _tally(self, data: Mapping[str, Any]) -> HostTally:
+        return self.hosts.setdefault(str(data.get("host", "?")), HostTally())
+
+    def _result(self, kind: str, data: Mapping[str, Any]) -> None:
+        if kind.startswith("runner_item_on_"):
+            return  # a loop's items; the task's own event follows and is the one counted
+        tally = self._tally(data)
+        res: Mapping[str, Any] = data.get("res") or {}
+        task = str(data.get("task", ""))
+        host = str(data.get("host", "?"))
+        if kind == "runner_on_ok":
+            tally.ok += 1
+            if res.get("changed"):
+                tally.changed += 1
+                self.changed_tasks.append((host, task))
+            self._collect_diffs(host, task, res)
+        elif kind == "runner_on_failed" and not data.get("ignore_errors"):
+            tally.failed += 1
+            self.failures.append(Failure(host, task, _message(res)))
+        elif kind == "runner_on_unreachable":
+            tally.unreachable += 1
+            self.failures.append(Failure(host, task, _message(res), unreachable=True))
+        elif kind == "runner_on_skipped":
+            tally.skipped += 1
+
+    def _collect_diffs(self, host: str, task: str, res: Mapping[str, Any]) -> None:
+        diff = res.get("diff")
+        for item in diff if isinstance(diff, list) else [diff] if isinstance(diff, dict) else []:
+            before, after = item.get("before", ""), item.get("after", "")
+            if isinstance(before, str) and isinstance(after, str) and before != after:
+                path = str(item.get("after_header") or item.get("before_header") or res.get("dest") or "?")
+                self.diffs.append(ConfigDiff(host, task, path, before, after))
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def changed_total(self) -> int:
+        return sum(t.changed for t in self.hosts.values())
+
+
+def _message(res: Mapping[str, Any]) -> str:
+    if res.get("censored"):
+        return str(res["censored"])  # a no_log task: Ansible already hid its details
+    for key in ("msg", "stderr", "reason", "module_stderr"):
+        value = res.get(key)
+        if value:
+            text = str(value).strip()
+            return text.splitlines()[-1][:400] if key != "msg" else text[:400]
+    return "failed (no message)"

@@ -1,0 +1,102 @@
+"""The deployment record: what was deployed, how, with which versions, and how to reach it again.
+
+One directory per deploy under STATE/clusters/NAME/deployments/, plus a `current` link. It never holds a
+secret: the munge key and DB password stay on the cluster (runner events of no_log tasks arrive censored,
+and slurmdbd.conf is never fetched).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hpckit.deploy.inventory import SshAccess
+from hpckit.errors import HpckitError
+
+# Rendered files fetched from the cluster into the record; each is free of secrets by construction.
+RECORDED_CONFIGS = ("/etc/slurm/slurm.conf", "/etc/slurm/gres.conf", "/etc/slurm/cgroup.conf")
+
+
+def state_root() -> Path:
+    if env := os.environ.get("HPCKIT_STATE"):
+        return Path(env)
+    if os.geteuid() == 0:
+        return Path("/var/lib/hpckit")
+    return Path.home() / ".local" / "state" / "hpckit"
+
+
+class RecordError(HpckitError):
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class ClusterAccess:
+    """What later commands need to reach the cluster through its login node."""
+
+    cluster: str
+    login_host: str
+    login_address: str
+    controller_host: str
+    addresses: dict[str, str]
+    access: SshAccess
+    lab: bool
+
+
+class DeploymentRecord:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @classmethod
+    def create(cls, cluster: str, root: Path | None = None) -> DeploymentRecord:
+        base = (root or state_root()) / "clusters" / cluster / "deployments"
+        base.mkdir(parents=True, exist_ok=True)
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        path, n = base / stamp, 1
+        while path.exists():
+            n += 1
+            path = base / f"{stamp}-{n}"
+        path.mkdir(mode=0o750)
+        return cls(path)
+
+    def write_yaml(self, name: str, data: Any) -> None:
+        (self.path / name).write_text(yaml.safe_dump(data, sort_keys=False))
+
+    def write_json(self, name: str, data: Any) -> None:
+        (self.path / name).write_text(json.dumps(data, indent=2, default=str) + "\n")
+
+    def write_config(self, host: str, remote_path: str, text: str) -> None:
+        target = self.path / "configs" / host / remote_path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+
+    def write_access(self, access: ClusterAccess) -> None:
+        self.write_json("access.json", asdict(access))
+
+    @property
+    def events_file(self) -> Path:
+        return self.path / "events.jsonl"
+
+    def mark_current(self) -> None:
+        link = self.path.parent.parent / "current"
+        tmp = link.with_name(".current.tmp")
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(self.path.relative_to(link.parent))
+        tmp.replace(link)
+
+
+def load_access(cluster: str, root: Path | None = None) -> ClusterAccess:
+    path = (root or state_root()) / "clusters" / cluster / "current" / "access.json"
+    try:
+        data = json.loads(path.read_text())
+        data["access"] = SshAccess(**data["access"])
+        return ClusterAccess(**data)
+    except FileNotFoundError:
+        raise RecordError(f"no deployment recorded for cluster {cluster!r} (looked for {path})") from None
+    except (ValueError, TypeError, KeyError) as exc:
+        raise RecordError(f"deployment record {path} is unreadable: {exc}") from None

@@ -1,0 +1,150 @@
+"""The one module that imports ansible_runner.
+
+Each run gets a fresh private data dir (runner reuses and rewrites whatever it finds in one), events go
+to a callback that always returns True (runner drops events whose handler returns False), and Ctrl-C
+reaches Ansible through the cancel callback (without one, runner swallows it).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import tempfile
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ansible_runner
+import yaml
+
+from hpckit.errors import HpckitError
+from hpckit.paths import ansible_dir
+
+EventSink = Callable[[Mapping[str, Any]], None]
+
+
+class RunnerError(HpckitError):
+    """Ansible could not be started (not: a task failed, which is a normal outcome)."""
+
+
+@dataclass(frozen=True)
+class PlaybookRun:
+    playbook: str = "site.yml"
+    check: bool = False
+    diff: bool = False
+    limit: str | None = None
+    forks: int = 50
+    fact_cache: Path | None = None
+    verbosity: int = 0
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    status: str  # successful | failed | canceled | timeout
+    rc: int
+    events_file: Path | None
+
+
+class _Cancel:
+    """Turns SIGINT into a cancel request that ansible_runner polls for."""
+
+    def __init__(self) -> None:
+        self.requested = threading.Event()
+        self._previous: Any = None
+
+    def __enter__(self) -> _Cancel:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, lambda *_: self.requested.set())
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+    def __call__(self) -> bool:
+        return self.requested.is_set()
+
+
+def _envvars(run: PlaybookRun) -> dict[str, str]:
+    env = {
+        "ANSIBLE_CONFIG": str(ansible_dir() / "ansible.cfg"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_RETRY_FILES_ENABLED": "0",
+    }
+    if run.fact_cache is not None:
+        env["ANSIBLE_CACHE_PLUGIN_CONNECTION"] = str(run.fact_cache)
+    return env
+
+
+def _cmdline(run: PlaybookRun) -> str:
+    return " ".join(flag for flag, on in (("--check", run.check), ("--diff", run.diff)) if on)
+
+
+def run_playbook(
+    inventory: Mapping[str, Any],
+    extravars: Mapping[str, Any],
+    run: PlaybookRun,
+    on_event: EventSink,
+    keep_events: Path | None = None,
+) -> RunOutcome:
+    """Run one playbook; every event goes to `on_event`; events are also appended to `keep_events` (JSONL)."""
+    playbook = ansible_dir() / run.playbook
+    if not playbook.is_file():
+        raise RunnerError(f"playbook not found: {playbook}")
+    data_dir = Path(tempfile.mkdtemp(prefix="hpckit-runner-"))
+    sink = keep_events.open("a") if keep_events else None
+    try:
+        (data_dir / "inventory").mkdir()
+        (data_dir / "inventory" / "hosts.yml").write_text(yaml.safe_dump(dict(inventory), sort_keys=False))
+
+        def handler(event: Mapping[str, Any]) -> bool:
+            on_event(event)
+            if sink is not None:
+                sink.write(json.dumps(_slim(event), default=str) + "\n")
+            return True  # False would make runner drop the event
+
+        with _Cancel() as cancel:
+            result = ansible_runner.run(
+                private_data_dir=str(data_dir),
+                project_dir=str(ansible_dir()),
+                playbook=str(playbook),
+                inventory=str(data_dir / "inventory" / "hosts.yml"),
+                extravars=dict(extravars),
+                envvars=_envvars(run),
+                cmdline=_cmdline(run) or None,
+                limit=run.limit,
+                forks=run.forks,
+                verbosity=run.verbosity or None,
+                event_handler=handler,
+                cancel_callback=cancel,
+                quiet=True,
+                suppress_env_files=True,
+            )
+        return RunOutcome(status=str(result.status), rc=int(result.rc or 0), events_file=keep_events)
+    finally:
+        if sink is not None:
+            sink.close()
+        shutil.rmtree(data_dir, ignore_errors=True)  # holds env/extravars: nothing stays on disk
+
+
+def _slim(event: Mapping[str, Any]) -> dict[str, Any]:
+    """What the deployment record keeps of an event: no stdout blobs, no module arguments."""
+    data = dict(event.get("event_data") or {})
+    res = data.get("res") if isinstance(data.get("res"), dict) else {}
+    keep = {k: data.get(k) for k in ("host", "task", "play", "task_action", "duration", "start", "end") if k in data}
+    if res:
+        keep["changed"] = res.get("changed")
+        if res.get("censored"):
+            keep["censored"] = True
+        elif event.get("event") in ("runner_on_failed", "runner_on_unreachable"):
+            keep["msg"] = str(res.get("msg", ""))[:400]
+    return {"event": event.get("event"), "created": event.get("created"), **keep}
+
+
+def ansible_version() -> str:
+    from ansible.release import __version__
+
+    return str(__version__)

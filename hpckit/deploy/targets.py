@@ -1,0 +1,60 @@
+"""Where a blueprint's hosts are and how to reach them: the lab's namespace machines or static hosts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from hpckit.blueprint.models import Blueprint, LabProvider, StaticProvider
+from hpckit.deploy.inventory import SshAccess, host_entries
+from hpckit.slurm.transport import SshTransport
+
+
+@dataclass(frozen=True)
+class Target:
+    cluster: str
+    access: SshAccess
+    addresses: dict[str, str]  # host -> address SSH uses (the name itself when none is declared)
+    lab: bool
+
+    def transport(self, host: str) -> SshTransport:
+        key = Path(self.access.key_file).expanduser() if self.access.key_file else None
+        known = Path(self.access.known_hosts) if self.access.known_hosts else None
+        return SshTransport(self.addresses[host], self.access.user, self.access.port, key, known, where=f"{host}")
+
+
+def lab_spec(bp: Blueprint, state_root: Path | None = None) -> object:
+    """The lab provider's spec for a `provider: lab` blueprint (typed loosely to keep hpckit.lab optional)."""
+    from hpckit.lab.spec import DEFAULT_STATE_ROOT, LabNode, LabSpec
+
+    assert isinstance(bp.provider, LabProvider)
+    gpus = {host: (part.hardware.gpus.count if part.hardware.gpus else 0) for part, host, _ in bp.compute_hosts()}
+    nodes = tuple(LabNode(e.name, e.address or "", gpus.get(e.name, 0)) for e in host_entries(bp))
+    shared = tuple(sorted({fs.mount.rstrip("/") for fs in bp.filesystems}))
+    return LabSpec(
+        cluster=bp.cluster_name,
+        nodes=nodes,
+        subnet=bp.provider.subnet,
+        bridge=bp.provider.bridge,
+        shared_dirs=shared,
+        state_root=state_root or DEFAULT_STATE_ROOT,
+    )
+
+
+def prepare_target(bp: Blueprint, *, bring_up_lab: bool = True) -> Target:
+    """For a lab blueprint, bring the lab up (idempotent) and use its SSH identity."""
+    addresses = {e.name: e.address or e.name for e in host_entries(bp)}
+    if isinstance(bp.provider, StaticProvider):
+        ssh = bp.provider.ssh
+        key = str(Path(ssh.key).expanduser()) if ssh.key else None
+        return Target(bp.cluster_name, SshAccess(ssh.user, ssh.port, key), addresses, lab=False)
+    from hpckit.lab.provider import lab_up, ssh_identity
+    from hpckit.lab.spec import LabSpec
+
+    spec = lab_spec(bp)
+    assert isinstance(spec, LabSpec)
+    if bring_up_lab:
+        lab_up(spec)
+    ident = ssh_identity(spec.cluster, spec.state_root)
+    access = SshAccess(ident.user, 22, str(ident.private_key), str(ident.known_hosts))
+    return Target(bp.cluster_name, access, addresses, lab=True)

@@ -1,0 +1,37 @@
+"""Runner events -> tallies, failures and diffs (event shapes as ansible-runner emits them)."""
+
+from __future__ import annotations
+
+from hpckit.deploy.events import Tracker
+
+
+def ev(kind: str, host: str = "node1", task: str = "t", **res: object) -> dict[str, object]:
+    return {"event": kind, "event_data": {"host": host, "task": task, "res": res}}
+
+
+def test_tallies_failures_and_censored_messages() -> None:
+    tr = Tracker()
+    tr.expect_hosts(["ctl", "node1", "node2"])
+    tr.feed({"event": "playbook_on_play_start", "event_data": {"play": "compute"}})
+    tr.feed(ev("runner_on_ok", changed=True))
+    tr.feed(ev("runner_on_ok", host="ctl"))
+    tr.feed(ev("runner_on_skipped", host="ctl"))
+    tr.feed(ev("runner_on_failed", task="munge key", censored="the output has been hidden due to no_log"))
+    tr.feed(ev("runner_on_unreachable", host="node2", task="Gathering Facts", msg="ssh: connect refused"))
+    tr.feed({"event": "runner_on_failed", "event_data": {"host": "ctl", "task": "x", "ignore_errors": True}})
+    assert tr.current_play == "compute"
+    assert tr.hosts["node1"].as_dict() == {"ok": 1, "changed": 1, "failed": 1, "unreachable": 0, "skipped": 0}
+    assert tr.hosts["node2"].unreachable == 1 and tr.hosts["ctl"].failed == 0
+    assert [str(f) for f in tr.failures] == [
+        "node1: failed at task 'munge key': the output has been hidden due to no_log",
+        "node2: unreachable at task 'Gathering Facts': ssh: connect refused",
+    ]
+    assert not tr.ok and tr.changed_total() == 1
+
+
+def test_diffs_are_collected() -> None:
+    tr = Tracker()
+    diff = {"before": "a\n", "after": "b\n", "before_header": "/etc/slurm/slurm.conf"}
+    tr.feed(ev("runner_on_ok", host="ctl", task="slurm.conf", changed=True, diff=[diff]))
+    tr.feed(ev("runner_on_ok", host="ctl", task="same", diff={"before": "x", "after": "x"}))
+    assert [(d.host, d.path) for d in tr.diffs] == [("ctl", "/etc/slurm/slurm.conf")]

@@ -1,0 +1,87 @@
+"""Blueprint -> inventory + extravars: pure functions, checked on both example blueprints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from hpckit.blueprint import load_blueprint, parse_blueprint
+from hpckit.deploy.inventory import LAB_SLURM_VARS, SshAccess, build_extravars, build_inventory, host_entries
+
+ACCESS = SshAccess("root", 22, "/keys/id", "/keys/known_hosts")
+
+
+def test_lab_inventory_groups_and_host_vars(repo: Path) -> None:
+    bp = load_blueprint(repo / "blueprints" / "lab.yaml")
+    inv = build_inventory(bp, ACCESS)
+    children = inv["all"]["children"]
+    assert set(children) == {"slurm_controller", "slurm_login", "slurm_compute", "slurm_dbd"}
+    assert children["slurm_controller"]["hosts"] == {"ctl": {"ansible_host": "10.77.0.10"}}
+    nodes = children["slurm_compute"]["children"]["partition_gpu"]["hosts"]
+    assert list(nodes) == ["node1", "node2", "node3", "node4"]
+    assert nodes["node3"] == {"ansible_host": "10.77.0.23", "hpckit_gpu_count": 4, "hpckit_gpu_type": "lab"}
+    assert "UserKnownHostsFile=/keys/known_hosts" in inv["all"]["vars"]["ansible_ssh_common_args"]
+    yaml.safe_load(yaml.safe_dump(inv))  # plain data, loadable by ansible-playbook -i
+
+
+def test_lab_extravars(repo: Path) -> None:
+    ev = build_extravars(load_blueprint(repo / "blueprints" / "lab.yaml"))
+    assert ev["slurm_nodes"] == [
+        {
+            "names": "node[1-4]",
+            "cpus": 2,
+            "sockets": 1,
+            "cores_per_socket": 2,
+            "threads_per_core": 1,
+            "real_memory": 1000,
+            "gres": "gpu:lab:4",
+            "addrs": "10.77.0.21,10.77.0.22,10.77.0.23,10.77.0.24",
+        }
+    ]
+    assert ev["slurm_partitions"] == [{"name": "gpu", "nodes": "node[1-4]", "default": True, "max_time": "INFINITE"}]
+    assert ev["slurm_controller_addr"] == "10.77.0.10" and ev["slurm_accounting"] is True
+    for key, value in LAB_SLURM_VARS.items():
+        assert ev[key] == value
+
+
+def test_real_cluster_extravars_have_no_lab_switches(repo: Path) -> None:
+    bp = load_blueprint(repo / "blueprints" / "h100-ib.yaml")
+    ev = build_extravars(bp)
+    assert not set(LAB_SLURM_VARS) & set(ev)
+    assert ev["slurm_nodes"][0]["names"] == "gpu[001-016]" and ev["slurm_nodes"][0]["gres"] == "gpu:h100:8"
+    assert ev["slurm_conf_overrides"] == {"PriorityType": "priority/multifactor", "MaxJobCount": "20000"}
+    assert ev["hpckit_cluster_name"] == "h100"
+    inv = build_inventory(bp, SshAccess("root", 22, "/root/.ssh/id_ed25519"))
+    assert list(inv["all"]["children"]["slurm_login"]["hosts"]) == ["login01", "login02"]
+
+
+def test_no_secret_ever_in_extravars(repo: Path) -> None:
+    for name in ("lab.yaml", "h100-ib.yaml"):
+        text = yaml.safe_dump(build_extravars(load_blueprint(repo / "blueprints" / name))).lower()
+        assert "password" not in text and "munge.key" not in text and "secret" not in text
+
+
+def test_lab_addresses_are_assigned_when_absent() -> None:
+    bp = parse_blueprint(
+        """\
+name: t
+provider: {type: lab, subnet: 10.77.3.0/24}
+controller: {host: ctl}
+login: [{host: login}]
+partitions:
+  - {name: c, nodes: "n[1-3]", hardware: {cpus: 2, cores_per_socket: 2, memory_mb: 500}}
+  - {name: d, nodes: "m1", addresses: [10.77.3.10], hardware: {cpus: 2, cores_per_socket: 2, memory_mb: 500}}
+"""
+    )
+    addrs = {e.name: e.address for e in host_entries(bp)}
+    assert addrs == {
+        "ctl": "10.77.3.11",
+        "login": "10.77.3.12",
+        "n1": "10.77.3.13",
+        "n2": "10.77.3.14",
+        "n3": "10.77.3.15",
+        "m1": "10.77.3.10",
+    }
+    ev = build_extravars(bp)
+    assert ev["slurm_partitions"][0]["default"] is True and ev["slurm_partitions"][1]["default"] is False
