@@ -18,6 +18,7 @@ from hpckit.deploy.apply import DeployOptions, DeployResult, deploy, plan
 from hpckit.deploy.events import ConfigDiff, Tracker
 from hpckit.deploy.progress import Progress, tally_table
 from hpckit.errors import InputError
+from hpckit.lab.provider import lab_down
 
 blueprint_arg = click.argument("blueprint", type=click.Path(dir_okay=False, path_type=Path))
 
@@ -53,6 +54,9 @@ def _print_summary(console: Console, result: DeployResult) -> None:
     console.print(tally_table(result.tracker, f"deploy {result.outcome.status}"))
     for failure in result.tracker.failures:
         console.print(f"[red]FAILED[/red] {failure}", highlight=False)
+    if result.outcome.status != "successful" and not result.tracker.failures:
+        console.print(f"[red]Ansible stopped ({result.outcome.status}, rc {result.outcome.rc}):[/red]")
+        console.print("\n".join(result.tracker.output_tail), highlight=False, markup=False)
     join = result.join
     if join is not None:
         if join.ok:
@@ -105,8 +109,6 @@ def destroy_cmd(blueprint: Path, site_files: tuple[Path, ...]) -> None:
     bp = _load(blueprint, site_files)
     if not isinstance(bp.provider, LabProvider):
         raise InputError(f"{blueprint}: destroy is only for `provider: lab` blueprints")
-    from hpckit.lab.provider import lab_down
-
     lab_down(bp.cluster_name)
     click.echo(f"lab {bp.cluster_name!r} is down")
 

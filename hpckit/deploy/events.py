@@ -53,6 +53,7 @@ class Tracker:
     changed_tasks: list[tuple[str, str]] = field(default_factory=list)
     tasks_seen: int = 0
     current_play: str = ""
+    output_tail: list[str] = field(default_factory=list)  # Ansible's own last lines, for errors outside tasks
 
     def expect_hosts(self, names: list[str]) -> None:
         for name in names:
@@ -61,6 +62,8 @@ class Tracker:
     def feed(self, event: Mapping[str, Any]) -> None:
         kind = str(event.get("event", ""))
         data: Mapping[str, Any] = event.get("event_data") or {}
+        if event.get("stdout"):
+            self.output_tail = [*self.output_tail, *str(event["stdout"]).splitlines()][-15:]
         if kind == "playbook_on_play_start":
             self.current_play = str(data.get("play", ""))
         elif kind == "playbook_on_task_start":

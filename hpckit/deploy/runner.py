@@ -8,8 +8,10 @@ reaches Ansible through the cancel callback (without one, runner swallows it).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Mapping
@@ -73,10 +75,22 @@ def _envvars(run: PlaybookRun) -> dict[str, str]:
         "ANSIBLE_CONFIG": str(ansible_dir() / "ansible.cfg"),
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_RETRY_FILES_ENABLED": "0",
+        "PATH": _path_with_ansible(),
     }
     if run.fact_cache is not None:
         env["ANSIBLE_CACHE_PLUGIN_CONNECTION"] = str(run.fact_cache)
     return env
+
+
+def _path_with_ansible() -> str:
+    """PATH with the ansible-playbook of hpckit's own environment first, even when that venv is not on PATH."""
+    path = os.environ.get("PATH", "/usr/bin:/bin")
+    bindir = Path(sys.executable).parent
+    if (bindir / "ansible-playbook").exists():
+        return f"{bindir}{os.pathsep}{path}"
+    if not shutil.which("ansible-playbook"):
+        raise RunnerError("ansible-playbook not found (install ansible-core in hpckit's environment)")
+    return path
 
 
 def _cmdline(run: PlaybookRun) -> str:

@@ -7,6 +7,9 @@ from pathlib import Path
 
 from hpckit.blueprint.models import Blueprint, LabProvider, StaticProvider
 from hpckit.deploy.inventory import SshAccess, host_entries
+from hpckit.errors import InputError
+from hpckit.lab.provider import lab_up, ssh_identity
+from hpckit.lab.spec import DEFAULT_STATE_ROOT, LabNode, LabSpec
 from hpckit.slurm.transport import SshTransport
 
 
@@ -18,16 +21,19 @@ class Target:
     lab: bool
 
     def transport(self, host: str) -> SshTransport:
-        key = Path(self.access.key_file).expanduser() if self.access.key_file else None
-        known = Path(self.access.known_hosts) if self.access.known_hosts else None
-        return SshTransport(self.addresses[host], self.access.user, self.access.port, key, known, where=f"{host}")
+        return ssh_transport(self.access, self.addresses.get(host, host), host)
 
 
-def lab_spec(bp: Blueprint, state_root: Path | None = None) -> object:
-    """The lab provider's spec for a `provider: lab` blueprint (typed loosely to keep hpckit.lab optional)."""
-    from hpckit.lab.spec import DEFAULT_STATE_ROOT, LabNode, LabSpec
+def ssh_transport(access: SshAccess, address: str, where: str) -> SshTransport:
+    key = Path(access.key_file).expanduser() if access.key_file else None
+    known = Path(access.known_hosts) if access.known_hosts else None
+    return SshTransport(address, access.user, access.port, key, known, where=where)
 
-    assert isinstance(bp.provider, LabProvider)
+
+def lab_spec(bp: Blueprint, state_root: Path | None = None) -> LabSpec:
+    """The lab provider's spec for a `provider: lab` blueprint."""
+    if not isinstance(bp.provider, LabProvider):
+        raise InputError(f"blueprint {bp.name!r} is not a lab blueprint (provider: {bp.provider.type})")
     gpus = {host: (part.hardware.gpus.count if part.hardware.gpus else 0) for part, host, _ in bp.compute_hosts()}
     nodes = tuple(LabNode(e.name, e.address or "", gpus.get(e.name, 0)) for e in host_entries(bp))
     shared = tuple(sorted({fs.mount.rstrip("/") for fs in bp.filesystems}))
@@ -48,11 +54,7 @@ def prepare_target(bp: Blueprint, *, bring_up_lab: bool = True) -> Target:
         ssh = bp.provider.ssh
         key = str(Path(ssh.key).expanduser()) if ssh.key else None
         return Target(bp.cluster_name, SshAccess(ssh.user, ssh.port, key), addresses, lab=False)
-    from hpckit.lab.provider import lab_up, ssh_identity
-    from hpckit.lab.spec import LabSpec
-
     spec = lab_spec(bp)
-    assert isinstance(spec, LabSpec)
     if bring_up_lab:
         lab_up(spec)
     ident = ssh_identity(spec.cluster, spec.state_root)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hpckit.errors import HpckitError
 
-class LabError(RuntimeError):
+
+class LabError(HpckitError):
     """A lab operation cannot go on; the message says what is wrong and where."""

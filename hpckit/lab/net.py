@@ -55,9 +55,7 @@ def check_host_network(spec: LabSpec) -> None:
             )
     link = _links().get(spec.bridge)
     if link is not None and link.get("linkinfo", {}).get("info_kind") != "bridge":
-        raise LabError(
-            f"interface {spec.bridge} exists on the host and is not a bridge; pick another bridge name"
-        )
+        raise LabError(f"interface {spec.bridge} exists on the host and is not a bridge; pick another bridge name")
 
 
 def ensure_bridge(spec: LabSpec) -> None:

@@ -319,9 +319,7 @@ def stop(record: NodeRecord, timeout: float = 10.0) -> None:
         launched.wait(timeout)
     gone = procs.wait_gone(record.init_pid, record.init_start, timeout)
     if not (gone and procs.wait_gone(record.launcher_pid, record.launcher_start, timeout)):
-        raise LabError(
-            f"node processes {record.init_pid}/{record.launcher_pid} did not end within {timeout:.0f}s"
-        )
+        raise LabError(f"node processes {record.init_pid}/{record.launcher_pid} did not end within {timeout:.0f}s")
 
 
 def nsenter_argv(record: NodeRecord, argv: Sequence[str]) -> list[str]:

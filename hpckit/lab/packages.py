@@ -17,9 +17,7 @@ PACKAGE_LIST = DATA_DIR / "lab-packages.txt"
 POLICY_RC_D = Path("/usr/sbin/policy-rc.d")
 # Exit status 101 tells invoke-rc.d "action forbidden": the packages' maintainer scripts then
 # configure the daemons without starting them on the host.
-_POLICY_SCRIPT = (
-    "#!/bin/sh\n# written by hpckit lab while it installs packages; removed afterwards\nexit 101\n"
-)
+_POLICY_SCRIPT = "#!/bin/sh\n# written by hpckit lab while it installs packages; removed afterwards\nexit 101\n"
 
 
 def required_packages(package_list: Path = PACKAGE_LIST) -> list[str]:

@@ -58,9 +58,7 @@ def namespace_id(pid: int, kind: str) -> str | None:
 
 def pids_in_namespace(kind: str, ns_id: str) -> list[int]:
     """Every host pid whose ``kind`` namespace is ``ns_id``."""
-    return [
-        int(e.name) for e in _PROC.iterdir() if e.name.isdigit() and namespace_id(int(e.name), kind) == ns_id
-    ]
+    return [int(e.name) for e in _PROC.iterdir() if e.name.isdigit() and namespace_id(int(e.name), kind) == ns_id]
 
 
 def kill_exactly(pid: int, started: int) -> None:

@@ -73,9 +73,7 @@ def lab_up(spec: LabSpec) -> LabStatus:
     _require_root()
     missing = missing_packages()
     if missing:
-        raise LabError(
-            f"the lab needs these host packages: {' '.join(missing)} (run `hpckit lab install-packages`)"
-        )
+        raise LabError(f"the lab needs these host packages: {' '.join(missing)} (run `hpckit lab install-packages`)")
     paths = LabPaths.of(spec.state_root, spec.cluster)
     with _locked(spec.state_root):
         records = _adopt_previous(spec, paths)
@@ -101,8 +99,7 @@ def _adopt_previous(spec: LabSpec, paths: LabPaths) -> dict[str, NodeRecord]:
     running = _running_records(previous, paths)
     if running and _lab_shape(previous) != _lab_shape(spec):
         raise LabError(
-            f"lab {spec.cluster!r} is up with another subnet, bridge or shared dirs; "
-            "run `hpckit lab down` first"
+            f"lab {spec.cluster!r} is up with another subnet, bridge or shared dirs; run `hpckit lab down` first"
         )
     wanted = {n.name: n for n in spec.nodes}
     for name in running:
@@ -244,9 +241,7 @@ def _parallel(items: Sequence[LabNode], work: Callable[[LabNode], _T]) -> dict[s
             except LabError as exc:
                 errors.append(str(exc))
     if errors:
-        raise LabError(
-            "\n".join(errors) + "\n(nodes that came up are still running; `hpckit lab down` stops all)"
-        )
+        raise LabError("\n".join(errors) + "\n(nodes that came up are still running; `hpckit lab down` stops all)")
     return results
 
 
@@ -340,9 +335,7 @@ def shared_dir_source(cluster: str, shared_dir: str, state_root: Path = DEFAULT_
     """Where a shared directory's contents live on the host."""
     spec = state.load_spec(LabPaths.of(state_root, cluster))
     if shared_dir not in spec.shared_dirs:
-        raise LabError(
-            f"lab {cluster!r} has no shared dir {shared_dir!r} (has: {', '.join(spec.shared_dirs)})"
-        )
+        raise LabError(f"lab {cluster!r} has no shared dir {shared_dir!r} (has: {', '.join(spec.shared_dirs)})")
     return LabPaths.of(state_root, cluster).shared_source(shared_dir)
 
 

@@ -170,9 +170,7 @@ def _check_nodes(nodes: tuple[LabNode, ...], network: ipaddress.IPv4Network) -> 
         if ip not in network or ip in (network.network_address, network.broadcast_address):
             raise LabError(f"node {node.name}: address {node.address} is outside subnet {network}")
         if ip == host:
-            raise LabError(
-                f"node {node.name}: address {node.address} is the host's own address on the bridge"
-            )
+            raise LabError(f"node {node.name}: address {node.address} is the host's own address on the bridge")
         if node.address in addresses:
             raise LabError(f"nodes {addresses[node.address]} and {node.name} share address {node.address}")
         addresses[node.address] = node.name
