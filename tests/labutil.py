@@ -1,0 +1,59 @@
+"""Shared helpers for tests that bring up a real lab (root, the lab packages installed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def lab_skip_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "the lab needs root"
+    from hpckit.lab.packages import missing_packages
+
+    missing = missing_packages()
+    if missing:
+        return f"lab packages missing: {' '.join(missing)} (bash scripts/install.sh)"
+    return None
+
+
+def needs_lab() -> pytest.MarkDecorator:
+    reason = lab_skip_reason()
+    return pytest.mark.skipif(reason is not None, reason=reason or "")
+
+
+def lab_blueprint(tmp: Path, name: str, net: str, bridge: str, extra: str = "") -> Path:
+    """blueprints/lab.yaml under another name, subnet and bridge, so tests never touch an admin's lab."""
+    text = (REPO / "blueprints" / "lab.yaml").read_text()
+    text = text.replace("name: lab\n", f"name: {name}\n", 1).replace('net: "10.77.0"', f'net: "{net}"')
+    text = text.replace("bridge: hpck0", f"bridge: {bridge}") + extra
+    path = tmp / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+@dataclass
+class CliRun:
+    rc: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> dict[str, object]:
+        data: dict[str, object] = json.loads(self.stdout)
+        return data
+
+
+def hpckit(*args: str, state: Path, timeout: float = 600) -> CliRun:
+    env = {**os.environ, "HPCKIT_STATE": str(state)}
+    done = subprocess.run(
+        [sys.executable, "-m", "hpckit", *args], capture_output=True, text=True, env=env, timeout=timeout, check=False
+    )
+    return CliRun(done.returncode, done.stdout, done.stderr)

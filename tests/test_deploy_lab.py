@@ -1,0 +1,144 @@
+"""`hpckit deploy` on the real lab: a working Slurm cluster, idempotent, failure-tolerant, secret-free.
+
+One module-scoped lab; the tests run in file order and build on each other.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hpckit.deploy.record import load_access
+from hpckit.lab import provider
+from hpckit.slurm.connect import login_transport, ssh_to
+from hpckit.slurm.transport import Transport
+from tests.labutil import CliRun, hpckit, lab_blueprint, needs_lab
+
+pytestmark = [pytest.mark.lab, needs_lab()]
+NAME, NET, BRIDGE = "labtest", "10.77.7", "hpckt7"
+HOSTS = ["ctl", "login", "node1", "node2", "node3", "node4"]
+
+
+class Lab:
+    def __init__(self, blueprint: Path, state: Path) -> None:
+        self.blueprint = blueprint
+        self.state = state
+        self.first: CliRun | None = None
+
+    def deploy(self) -> CliRun:
+        return hpckit("deploy", str(self.blueprint), "--json", "-q", "--join-timeout", "90", state=self.state)
+
+    def login(self) -> Transport:
+        return login_transport(NAME, self.state)
+
+    def on(self, host: str, *argv: str) -> str:
+        conn = ssh_to(load_access(NAME, self.state), host)
+        try:
+            done = conn.run(argv, timeout=60)
+            assert done.ok, done.describe()
+            return done.stdout
+        finally:
+            conn.close()
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    tmp = tmp_path_factory.mktemp("deploy")
+    lab = Lab(lab_blueprint(tmp, NAME, NET, BRIDGE), tmp / "state")
+    try:
+        lab.first = lab.deploy()
+        yield lab
+    finally:
+        hpckit("destroy", str(lab.blueprint), state=lab.state)
+
+
+def test_deploy_builds_a_cluster_whose_nodes_join(lab: Lab) -> None:
+    first = lab.first
+    assert first is not None
+    assert first.rc == 0, first.stdout + first.stderr
+    summary = first.json()
+    assert summary["ok"] is True
+    join = summary["join"]
+    assert isinstance(join, dict) and sorted(join["joined"]) == ["node1", "node2", "node3", "node4"]
+
+
+def test_jobs_through_the_login_node(lab: Lab) -> None:
+    login = lab.login()
+    names = login.run(["srun", "-N4", "hostname"], timeout=60)
+    assert names.ok, names.describe()
+    assert sorted(set(names.stdout.split())) == ["node1", "node2", "node3", "node4"]
+    test_only = login.run(["sbatch", "--test-only", "-N2", "--wrap", "hostname"], timeout=30)
+    assert test_only.ok and "to start at" in test_only.stderr, test_only.describe()
+    gpus = login.run(["srun", "-N1", "--gpus-per-node=2", "printenv", "CUDA_VISIBLE_DEVICES"], timeout=60)
+    assert gpus.ok and gpus.stdout.strip() == "0,1", gpus.describe()
+    job = login.run(["sbatch", "--parsable", "-N1", "--wrap", "hostname"], timeout=30)
+    assert job.ok, job.describe()
+    job_id = job.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + 60
+    state = ""
+    while time.monotonic() < deadline:
+        acct = login.run(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "JobID,State"], timeout=30)
+        state = acct.stdout.strip()
+        if state.endswith("|COMPLETED"):
+            break
+        time.sleep(1)
+    assert state == f"{job_id}|COMPLETED"
+
+
+def test_munge_key_is_private_on_every_host(lab: Lab) -> None:
+    for host in HOSTS:
+        assert lab.on(host, "stat", "-c", "%a %U %G", "/etc/munge/munge.key").strip() == "400 munge munge", host
+
+
+def test_second_deploy_changes_nothing(lab: Lab) -> None:
+    again = lab.deploy()
+    assert again.rc == 0, again.stdout + again.stderr
+    hosts = again.json()["hosts"]
+    assert isinstance(hosts, dict) and set(hosts) == set(HOSTS)
+    assert {h: t["changed"] for h, t in hosts.items()} == dict.fromkeys(HOSTS, 0)
+
+
+def test_db_password_is_in_no_log_record_or_artifact(lab: Lab) -> None:
+    password = lab.on("ctl", "cat", "/etc/slurm/.slurmdbd-db-password").strip()
+    assert len(password) >= 16
+    assert lab.on("ctl", "stat", "-c", "%a", "/etc/slurm/.slurmdbd-db-password").strip() == "600"
+    leaked = [p for p in lab.state.rglob("*") if p.is_file() and password in p.read_text(errors="replace")]
+    assert leaked == []
+    for log in ("/var/log/slurm/slurmctld.log", "/var/log/slurm/slurmdbd.log"):
+        assert password not in lab.on("ctl", "cat", log)
+    assert not list(Path("/tmp").glob("hpckit-runner-*")), "runner data dirs must not outlive a run"
+
+
+def test_unreachable_node_fails_alone_then_converges(lab: Lab) -> None:
+    provider.node_stop_sshd(NAME, "node3")
+    try:
+        broken = lab.deploy()
+    finally:
+        provider.node_start_sshd(NAME, "node3")
+    assert broken.rc == 1
+    summary = broken.json()
+    failures = summary["failures"]
+    assert isinstance(failures, list) and failures and all(f.startswith("node3: unreachable") for f in failures)
+    hosts = summary["hosts"]
+    assert isinstance(hosts, dict)
+    for host in HOSTS:
+        if host != "node3":
+            assert hosts[host]["failed"] == 0 and hosts[host]["unreachable"] == 0, host
+            assert hosts[host]["ok"] > 0, host
+    healed = lab.deploy()
+    assert healed.rc == 0, healed.stdout + healed.stderr
+
+
+def test_destroy_leaves_nothing_behind(lab: Lab) -> None:
+    status = provider.lab_status(NAME)
+    pids = [n.pid for n in status.nodes if n.pid]
+    done = hpckit("destroy", str(lab.blueprint), state=lab.state)
+    assert done.rc == 0, done.stderr
+    assert not [pid for pid in pids if Path(f"/proc/{pid}").exists()]
+    links = Path("/proc/net/dev").read_text()
+    assert not re.search(rf"\b{BRIDGE}", links)
+    assert f"/lab/{NAME}/" not in Path("/proc/mounts").read_text()
