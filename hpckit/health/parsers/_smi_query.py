@@ -94,6 +94,7 @@ class GpuInfo:
     pcie_gen_max: int | None = None
     pcie_width_current: int | None = None
     pcie_width_max: int | None = None
+    pcie_replays: int | None = None  # "Replays Since Reset": a climbing count points at a bad PCIe link
     clocks_event_reasons: Mapping[str, bool] = field(default_factory=dict)
     performance_state: str | None = None
     temperature_c: float | None = None
@@ -196,6 +197,7 @@ def _gpu(reader: _Reader, gpu: Entry, index: int | None, driver: str | None, cud
         pcie_gen_max=pcie.gen_max,
         pcie_width_current=pcie.width_current,
         pcie_width_max=pcie.width_max,
+        pcie_replays=reader.integer(gpu.at("PCI", "Replays Since Reset"), "Replays Since Reset"),
         clocks_event_reasons=_clocks_event_reasons(reader, gpu),
         performance_state=reader.text(gpu.child(("Performance State", "Performance Mode"))),
         temperature_c=reader.number(gpu.at("Temperature", "GPU Current Temp"), "GPU Current Temp"),
