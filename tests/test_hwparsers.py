@@ -540,3 +540,15 @@ def test_dcgmi_mixed_per_gpu_results_and_conflicting_reports() -> None:
     with pytest.raises(HwParseError, match="unknown result") as caught:
         parse_dcgmi_diag(table.replace("Fail - GPU: 2", "Flaky"))
     assert caught.value.line == 3
+
+
+def test_read_sysfs_ports_unreadable_attribute_is_left_out(tmp_path: Path) -> None:
+    """A driver refusing a read (EINVAL on a RoCE port; a directory stands in for it here) costs that value,
+    not the port; a missing state file is an error."""
+    _fake_port(tmp_path, "mlx5_0", 1, {k: v for k, v in NDR_PORT.items() if k != "rate"}, {})
+    (tmp_path / "mlx5_0" / "ports" / "1" / "rate").mkdir()
+    (port,) = read_sysfs_ports(tmp_path)
+    assert (port.state, port.rate_gbps) == ("ACTIVE", None)
+    (tmp_path / "mlx5_0" / "ports" / "1" / "state").unlink()
+    with pytest.raises(HwParseError, match="cannot read"):
+        read_sysfs_ports(tmp_path)

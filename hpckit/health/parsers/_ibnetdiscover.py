@@ -48,8 +48,12 @@ class IbFabric:
     links: tuple[IbLink, ...]
     generated: str | None = None  # the "# Topology file: generated on ..." date
     _neighbours: Mapping[str, tuple[tuple[int, str, int, IbLink], ...]] = field(
-        default_factory=dict, repr=False, compare=False
+        init=False, repr=False, compare=False
     )
+
+    def __post_init__(self) -> None:
+        # Indexed once: topology building asks for every switch's neighbours.
+        object.__setattr__(self, "_neighbours", _neighbour_index(self.links))
 
     @property
     def switches(self) -> tuple[IbNode, ...]:
@@ -196,7 +200,7 @@ def _fabric(builder: _Builder) -> IbFabric:
         (a, a_port), (b, b_port) = sorted([(node_id, port), (peer, peer_port)])
         links.setdefault((a, a_port, b, b_port), IbLink(a, a_port, b, b_port, speed))
     ordered = tuple(links[key] for key in sorted(links))
-    return IbFabric(nodes, ordered, builder.generated, _neighbour_index(ordered))
+    return IbFabric(nodes, ordered, builder.generated)
 
 
 def _neighbour_index(links: tuple[IbLink, ...]) -> dict[str, tuple[tuple[int, str, int, IbLink], ...]]:

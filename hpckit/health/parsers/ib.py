@@ -194,7 +194,7 @@ def _status_field(port: IbPort, key: str, value: str, number: int | None, source
 
 
 # The sysfs files read per port, named as in /sys/class/infiniband/<ca>/ports/<n>/.
-_SYSFS_FILES = ("state", "phys_state", "rate", "link_layer", "lid", "sm_lid", "lid_mask_count", "cap_mask")
+_SYSFS_FILES = ("phys_state", "rate", "link_layer", "lid", "sm_lid", "lid_mask_count", "cap_mask")
 
 
 def read_sysfs_ports(root: Path = SYSFS_ROOT) -> list[IbPort]:
@@ -218,24 +218,27 @@ def _port_number(path: Path) -> int:
 
 
 def _sysfs_port(ca: str, port_dir: Path) -> IbPort:
-    port = IbPort(ca, _port_number(port_dir))
-    for name in _SYSFS_FILES:
-        path = port_dir / name
-        if path.exists():
-            port = _status_field(port, name, _read(path), None, str(path))
-    if port.state is None:
-        raise HwParseError(str(port_dir), None, "no readable 'state' file")
-    gid = port_dir / "gids" / "0"
-    if gid.exists():
-        port = replace(port, gid=_read(gid).strip())
+    state = port_dir / "state"
+    try:
+        state_text = state.read_text(encoding="ascii", errors="replace")
+    except OSError as error:
+        raise HwParseError(str(state), None, f"cannot read: {error.strerror or error}") from None
+    port = _status_field(IbPort(ca, _port_number(port_dir)), "state", state_text, None, str(state))
+    for name in (*_SYSFS_FILES, "gids/0"):
+        text = _read_optional(port_dir / name)
+        if text is not None:
+            port = _status_field(
+                port, "default gid" if name == "gids/0" else name, text, None, str(port_dir / name)
+            )
     return replace(port, counters=_counters(port_dir / "counters"))
 
 
-def _read(path: Path) -> str:
+def _read_optional(path: Path) -> str | None:
+    """Some drivers refuse reads (EINVAL) of attributes a port in its current mode lacks: no value then."""
     try:
         return path.read_text(encoding="ascii", errors="replace").strip()
-    except OSError as error:
-        raise HwParseError(str(path), None, f"cannot read: {error.strerror or error}") from None
+    except OSError:
+        return None
 
 
 def _counters(directory: Path) -> dict[str, int]:
@@ -245,9 +248,8 @@ def _counters(directory: Path) -> dict[str, int]:
     if not directory.is_dir():
         return counters
     for path in sorted(directory.iterdir()):
-        try:
-            text = path.read_text(encoding="ascii", errors="replace").strip()
-        except OSError:
+        text = _read_optional(path)
+        if text is None:
             continue
         value = parse_int(text, str(path), None, path.name)
         if value is not None:
