@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.labutil import Cluster, lab_blueprint, lab_skip_reason
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
@@ -16,3 +19,23 @@ def repo() -> Path:
 @pytest.fixture
 def data_dir() -> Path:
     return DATA
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One deployed lab cluster shared by every test that only uses it (jobs, bench, health).
+
+    Tests that break or reshape a cluster (deploy, day-2) bring up their own lab instead.
+    """
+    reason = lab_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    tmp = tmp_path_factory.mktemp("cluster")
+    c = Cluster("labci", lab_blueprint(tmp, "labci", "10.77.8", "hpckt8"), tmp / "state")
+    try:
+        done = c.deploy()
+        if done.rc != 0:
+            pytest.fail(f"deploying the shared lab cluster failed:\n{done.stdout}\n{done.stderr}")
+        yield c
+    finally:
+        c.destroy()

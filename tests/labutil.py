@@ -8,6 +8,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,3 +58,37 @@ def hpckit(*args: str, state: Path, timeout: float = 600) -> CliRun:
         [sys.executable, "-m", "hpckit", *args], capture_output=True, text=True, env=env, timeout=timeout, check=False
     )
     return CliRun(done.returncode, done.stdout, done.stderr)
+
+
+class Cluster:
+    """A deployed lab cluster as tests see it: run commands on its login node or any host."""
+
+    def __init__(self, name: str, blueprint: Path, state: Path) -> None:
+        self.name = name
+        self.blueprint = blueprint
+        self.state = state
+
+    def deploy(self, *extra: str) -> CliRun:
+        return hpckit("deploy", str(self.blueprint), "--json", "-q", "--join-timeout", "90", *extra, state=self.state)
+
+    def destroy(self) -> CliRun:
+        return hpckit("destroy", str(self.blueprint), state=self.state)
+
+    def login(self) -> Any:
+        from hpckit.slurm.connect import login_transport
+
+        return login_transport(self.name, self.state)
+
+    def on(self, host: str, *argv: str, check: bool = True, timeout: float = 60) -> Any:
+        """Run argv on `host` over SSH (the deployment record's access); returns the CommandResult."""
+        from hpckit.deploy.record import load_access
+        from hpckit.slurm.connect import ssh_to
+
+        conn = ssh_to(load_access(self.name, self.state), host)
+        try:
+            done = conn.run(argv, timeout=timeout)
+        finally:
+            conn.close()
+        if check:
+            assert done.ok, done.describe()
+        return done

@@ -9,51 +9,34 @@ import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from hpckit.deploy.record import load_access
 from hpckit.lab import provider
-from hpckit.slurm.connect import login_transport, ssh_to
-from hpckit.slurm.transport import Transport
-from tests.labutil import CliRun, hpckit, lab_blueprint, needs_lab
+from tests.labutil import CliRun, Cluster, hpckit, lab_blueprint, needs_lab
 
 pytestmark = [pytest.mark.lab, needs_lab()]
 NAME, NET, BRIDGE = "labtest", "10.77.7", "hpckt7"
 HOSTS = ["ctl", "login", "node1", "node2", "node3", "node4"]
 
 
-class Lab:
-    def __init__(self, blueprint: Path, state: Path) -> None:
-        self.blueprint = blueprint
-        self.state = state
-        self.first: CliRun | None = None
+class Lab(Cluster):
+    first: CliRun | None = None
 
-    def deploy(self) -> CliRun:
-        return hpckit("deploy", str(self.blueprint), "--json", "-q", "--join-timeout", "90", state=self.state)
-
-    def login(self) -> Transport:
-        return login_transport(NAME, self.state)
-
-    def on(self, host: str, *argv: str) -> str:
-        conn = ssh_to(load_access(NAME, self.state), host)
-        try:
-            done = conn.run(argv, timeout=60)
-            assert done.ok, done.describe()
-            return done.stdout
-        finally:
-            conn.close()
+    def on(self, host: str, *argv: str, check: bool = True, timeout: float = 60) -> Any:
+        return super().on(host, *argv, check=check, timeout=timeout).stdout
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     tmp = tmp_path_factory.mktemp("deploy")
-    lab = Lab(lab_blueprint(tmp, NAME, NET, BRIDGE), tmp / "state")
+    lab = Lab(NAME, lab_blueprint(tmp, NAME, NET, BRIDGE), tmp / "state")
     try:
         lab.first = lab.deploy()
         yield lab
     finally:
-        hpckit("destroy", str(lab.blueprint), state=lab.state)
+        lab.destroy()
 
 
 def test_deploy_builds_a_cluster_whose_nodes_join(lab: Lab) -> None:

@@ -177,9 +177,7 @@ def test_query_gpu_csv_units_in_values() -> None:
 
 
 def test_query_gpu_csv_renamed_header_is_normalised() -> None:
-    rows = parse_query_gpu_csv(
-        sample("nvidia-smi/query-gpu-csv-2x-rtxpro6000-throttle-reasons-renamed-header.txt")
-    )
+    rows = parse_query_gpu_csv(sample("nvidia-smi/query-gpu-csv-2x-rtxpro6000-throttle-reasons-renamed-header.txt"))
     assert rows[0]["clocks_event_reasons.active"] == "0x0000000000000004"
     assert rows[0]["clocks_event_reasons.sw_power_cap"] == "Active"
     # The same values read back with the names the query used (old spelling, noheader output).
@@ -189,9 +187,7 @@ def test_query_gpu_csv_renamed_header_is_normalised() -> None:
         "clocks_throttle_reasons.sw_thermal_slowdown",
     ]
     old_names += ["clocks_throttle_reasons.sw_power_cap"]
-    body = sample("nvidia-smi/query-gpu-csv-2x-rtxpro6000-throttle-reasons-renamed-header.txt").split(
-        "\n", 1
-    )[1]
+    body = sample("nvidia-smi/query-gpu-csv-2x-rtxpro6000-throttle-reasons-renamed-header.txt").split("\n", 1)[1]
     assert parse_query_gpu_csv(body, fields=old_names) == rows
 
 
@@ -355,9 +351,7 @@ def test_ibstat_all_active() -> None:
 def test_ibstat_some_ports_down() -> None:
     cas = parse_ibstat(sample("infiniband/ibstat-h100-node-cx7-some-ports-down.txt"))
     down = [p for ca in cas for p in ca.ports if not p.active]
-    assert len(down) == 3 and {(p.state, p.rate_gbps, p.link_layer) for p in down} == {
-        ("DOWN", 40.0, "Ethernet")
-    }
+    assert len(down) == 3 and {(p.state, p.rate_gbps, p.link_layer) for p in down} == {("DOWN", 40.0, "Ethernet")}
     infiniband = [p for ca in cas for p in ca.ports if p.is_infiniband]
     assert {p.rate_gbps for p in infiniband} == {400.0} and infiniband[0].sm_lid == 334
 
@@ -365,9 +359,7 @@ def test_ibstat_some_ports_down() -> None:
 def test_ibstat_partial_output_keeps_the_panic() -> None:
     report = parse_ibstat_report(sample("infiniband/ibstat-a100-azure-cx6-ibpanic-partial-exit255.txt"))
     assert not report.complete and len(report.cas) == 8
-    assert report.errors == (
-        "ibpanic: [1400444] main: stat of IB device 'mlx5_8' failed: No such file or directory",
-    )
+    assert report.errors == ("ibpanic: [1400444] main: stat of IB device 'mlx5_8' failed: No such file or directory",)
     assert report.cas[0].ports[0].lid == 13247 and report.cas[0].system_image_guid == "b83fd203006e2704"
     assert report.cas[0].node_guid == "00155dfffe3411eb"
 
@@ -415,9 +407,7 @@ NDR_PORT = {
 
 
 def test_read_sysfs_ports(tmp_path: Path) -> None:
-    _fake_port(
-        tmp_path, "mlx5_0", 1, NDR_PORT, {"link_downed": "0", "symbol_error": "12", "port_rcv_errors": "3"}
-    )
+    _fake_port(tmp_path, "mlx5_0", 1, NDR_PORT, {"link_downed": "0", "symbol_error": "12", "port_rcv_errors": "3"})
     down = {
         "state": "1: DOWN",
         "phys_state": "3: Disabled",
@@ -481,9 +471,7 @@ def test_dcgmi_printed_twice_collapses() -> None:
     text = sample("dcgmi/diag-r3-dcgm3.3.9-2gpu-rtxpro6000-printed-twice.txt")
     assert len(parse_dcgmi_diag_all(text)) == 2
     diag = parse_dcgmi_diag(text)
-    assert (
-        diag.metadata["DCGM Version"] == "3.3.9" and diag.metadata["GPU Device IDs Detected"] == "2bb5,2bb5"
-    )
+    assert diag.metadata["DCGM Version"] == "3.3.9" and diag.metadata["GPU Device IDs Detected"] == "2bb5,2bb5"
     assert len(diag.tests) == 15 and diag.passed
     memory = diag.test("GPU Memory")
     assert memory is not None and (memory.category, memory.result, memory.all_gpus) == (

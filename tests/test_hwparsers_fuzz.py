@@ -41,9 +41,7 @@ def _samples(directory: str) -> list[str]:
 @st.composite
 def mutated(draw: st.DrawFn, texts: list[str]) -> str:
     text = draw(st.sampled_from(texts))
-    for operation in draw(
-        st.lists(st.sampled_from(["cut", "junk", "flip", "drop", "double"]), min_size=1, max_size=4)
-    ):
+    for operation in draw(st.lists(st.sampled_from(["cut", "junk", "flip", "drop", "double"]), min_size=1, max_size=4)):
         text = _mutate(draw, text, operation)
     return text
 
@@ -135,9 +133,7 @@ _SYSFS_VALUES = st.one_of(
 
 @FUZZ
 @given(
-    st.dictionaries(
-        st.sampled_from(["state", "phys_state", "rate", "link_layer", "lid", "sm_lid"]), _SYSFS_VALUES
-    ),
+    st.dictionaries(st.sampled_from(["state", "phys_state", "rate", "link_layer", "lid", "sm_lid"]), _SYSFS_VALUES),
     st.dictionaries(st.sampled_from(["link_downed", "symbol_error"]), _SYSFS_VALUES),
 )
 def test_sysfs_mutations(files: dict[str, str], counters: dict[str, str]) -> None:
