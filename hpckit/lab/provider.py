@@ -27,6 +27,9 @@ from hpckit.lab.ssh import SshIdentity
 from hpckit.lab.state import LabPaths, NodeRecord
 
 SSHD_WAIT_S = 30.0
+# The interpreter Ansible should use on nodes: root's shell start-up files are the host's (same /root)
+# and may put another python3 first on PATH (pyenv shims, venvs) that interpreter discovery then picks.
+NODE_PYTHON = "/usr/bin/python3"
 _MAX_PARALLEL = 8
 _T = TypeVar("_T")
 
@@ -76,6 +79,8 @@ def lab_up(spec: LabSpec) -> LabStatus:
         raise LabError(
             f"the lab needs these host packages: {' '.join(missing)} (run `hpckit lab install-packages`)"
         )
+    if _under_private_root(str(spec.state_root)):
+        raise LabError(f"state root {spec.state_root} lies in a directory each node replaces with its own")
     paths = LabPaths.of(spec.state_root, spec.cluster)
     with _locked(spec.state_root):
         records = _adopt_previous(spec, paths)
@@ -326,6 +331,23 @@ def lab_exec(
         raise LabError("lab exec needs a command")
     record = _running_record(cluster, node_name, state_root)
     return node.run_in(record, argv, stdin=stdin, timeout=timeout, env=env)
+
+
+def exec_argv(
+    cluster: str, node_name: str, argv: Sequence[str], state_root: Path = DEFAULT_STATE_ROOT
+) -> list[str]:
+    """The host command line that runs ``argv`` in a node, for callers that want its terminal (the CLI)."""
+    _require_root()
+    if not argv:
+        raise LabError("lab exec needs a command")
+    return node.nsenter_argv(_running_record(cluster, node_name, state_root), argv)
+
+
+def list_labs(state_root: Path = DEFAULT_STATE_ROOT) -> list[str]:
+    """Names of the labs with state under ``state_root`` (up, or partly up)."""
+    if not state_root.is_dir():
+        return []
+    return sorted(p.parent.name for p in state_root.glob("*/spec.json"))
 
 
 def ssh_identity(cluster: str, state_root: Path = DEFAULT_STATE_ROOT) -> SshIdentity:
