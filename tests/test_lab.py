@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -160,6 +161,47 @@ def test_basic_devices_work(lab: LabStatus) -> None:
     assert result.stdout.startswith("/dev/pts/"), result.stdout + result.stderr
 
 
+def test_sysfs_shows_the_node_and_keeps_cgroups(lab: LabStatus) -> None:
+    assert sorted(out("node1", "ls", "/sys/class/net").split()) == ["dead0", "dead1", "eth0", "lo"]
+    host_has_cgroups = subprocess.run(["mountpoint", "-q", "/sys/fs/cgroup"], check=False).returncode == 0
+    assert (run("node1", "mountpoint", "-q", "/sys/fs/cgroup").returncode == 0) == host_has_cgroups
+
+
+SLURM_CONF = f"""\
+ClusterName={CLUSTER}
+SlurmctldHost=ctl
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+SelectType=select/cons_tres
+SlurmdParameters=config_overrides
+GresTypes=gpu
+ReturnToService=2
+SlurmctldLogFile=/var/log/slurm/slurmctld.log
+SlurmdLogFile=/var/log/slurm/slurmd.log
+NodeName=node1 CPUs=1 RealMemory=200 Gres=gpu:2 State=UNKNOWN
+PartitionName=gpu Nodes=node1 Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+def test_slurm_hands_out_the_fake_gpus(lab: LabStatus) -> None:
+    """The lab's reason to be: real Slurm daemons in nodes, GPUs scheduled from /dev/nvidiaN."""
+    for name in ("ctl", "node1"):
+        write = "cat > /etc/slurm/slurm.conf && echo 'Name=gpu File=/dev/nvidia[0-1]' > /etc/slurm/gres.conf"
+        assert (
+            lab_exec(CLUSTER, name, ["sh", "-c", write], state_root=STATE_ROOT, stdin=SLURM_CONF).returncode
+            == 0
+        )
+    assert run("ctl", "sh", "-c", "service munge start && service slurmctld start").returncode == 0
+    assert run("node1", "sh", "-c", "service munge start && service slurmd start").returncode == 0
+    for _ in range(100):
+        if out("ctl", "sinfo", "-h", "-n", "node1", "-o", "%t") == "idle":
+            break
+        time.sleep(0.2)
+    job = out("ctl", "srun", "-N1", "--gres=gpu:2", "sh", "-c", "echo $(hostname) $CUDA_VISIBLE_DEVICES")
+    assert job == "node1 0,1"
+
+
 def test_shared_dir_is_one_directory_everywhere(lab: LabStatus) -> None:
     for node in SPEC.nodes:
         assert run(node.name, "sh", "-c", f"echo {node.name} > {SHARED}/{node.name}").returncode == 0
@@ -174,6 +216,12 @@ def test_exec_reports_exit_status_and_refuses_unknown_nodes(lab: LabStatus) -> N
     assert (result.returncode, result.stdout, result.stderr) == (3, "out\n", "err\n")
     with pytest.raises(LabError, match="no node 'node9'"):
         run("node9", "true")
+
+
+def test_exec_timeout_kills_the_command_inside_the_node(lab: LabStatus) -> None:
+    with pytest.raises(LabError, match="did not finish within 1"):
+        lab_exec(CLUSTER, "node1", ["sleep", "417"], state_root=STATE_ROOT, timeout=1)
+    assert "sleep 417" not in out("node1", "ps", "-eo", "args")
 
 
 def test_sshd_stop_and_start(lab: LabStatus) -> None:

@@ -210,6 +210,9 @@ def _write_lab_files(spec: LabSpec, paths: LabPaths, records: Mapping[str, NodeR
 
 def _start_node(spec: LabSpec, paths: LabPaths, lab_node: LabNode) -> NodeRecord:
     record = node.launch(paths, lab_node)
+    state.save_record(
+        paths, lab_node.name, record
+    )  # at once: an interrupted `up` must not hide a node from `down`
     try:
         net.attach_node(spec, lab_node, record.init_pid)
         result = node.run_in(record, ["ip", "-batch", "-"], stdin=net.node_network_batch(spec, lab_node))
@@ -218,7 +221,6 @@ def _start_node(spec: LabSpec, paths: LabPaths, lab_node: LabNode) -> NodeRecord
     except LabError:
         node.stop(record)
         raise
-    state.save_record(paths, lab_node.name, record)
     node.start_sshd(record, lab_node)
     return record
 
