@@ -6,6 +6,7 @@ only ever goes to the lab's own addresses.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -19,6 +20,7 @@ from click.testing import CliRunner
 
 from hpckit.cli.lab import lab as lab_cli
 from hpckit.lab import (
+    NODE_PYTHON,
     LabError,
     LabNode,
     LabSpec,
@@ -118,6 +120,40 @@ def test_root_ssh_from_host_with_generated_key(lab: LabStatus) -> None:
         result = ssh(node.address, "hostname")
         assert result.returncode == 0, result.stderr
         assert result.stdout.strip() == node.name
+
+
+def test_fabric_reaches_a_node_with_strict_host_keys(lab: LabStatus) -> None:
+    from fabric import Connection
+    from paramiko import RejectPolicy
+
+    identity = ssh_identity(CLUSTER, STATE_ROOT)
+    kwargs = {"key_filename": str(identity.private_key), "look_for_keys": False, "allow_agent": False}
+    with Connection("10.77.9.11", user=identity.user, connect_kwargs=kwargs) as conn:
+        conn.client.load_host_keys(str(identity.known_hosts))
+        conn.client.set_missing_host_key_policy(RejectPolicy())
+        assert conn.run("hostname", hide=True, in_stream=False).stdout.strip() == "node1"
+
+
+def test_ansible_facts_see_the_node(lab: LabStatus) -> None:
+    ansible = Path(sys.executable).parent / "ansible"
+    if not ansible.exists():
+        pytest.skip("ansible is not installed next to this Python")
+    identity = ssh_identity(CLUSTER, STATE_ROOT)
+    argv = [
+        str(ansible), "all", "-i", "10.77.9.10,10.77.9.11,", "-u", identity.user, "-o",
+        "--private-key", str(identity.private_key),
+        f"--ssh-common-args=-o UserKnownHostsFile={identity.known_hosts} -o GlobalKnownHostsFile=/dev/null",
+        "-e", f"ansible_python_interpreter={NODE_PYTHON}",
+        "-m", "setup", "-a", "filter=ansible_default_ipv4,ansible_hostname",
+    ]  # fmt: skip
+    env = {**os.environ, "ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_NOCOLOR": "1"}
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for line in done.stdout.splitlines():
+        address, facts = line.split(" | SUCCESS => ", 1)
+        ansible_facts = json.loads(facts)["ansible_facts"]
+        assert ansible_facts["ansible_default_ipv4"]["address"] == address
+        assert ansible_facts["ansible_hostname"] == {"10.77.9.10": "ctl", "10.77.9.11": "node1"}[address]
 
 
 def test_nodes_reach_each_other_by_name(lab: LabStatus) -> None:
