@@ -124,7 +124,7 @@ def test_root_ssh_from_host_with_generated_key(lab: LabStatus) -> None:
 
 def test_fabric_reaches_a_node_with_strict_host_keys(lab: LabStatus) -> None:
     from fabric import Connection
-    from paramiko import RejectPolicy
+    from paramiko import RejectPolicy  # type: ignore[import-untyped]
 
     identity = ssh_identity(CLUSTER, STATE_ROOT)
     kwargs = {"key_filename": str(identity.private_key), "look_for_keys": False, "allow_agent": False}
