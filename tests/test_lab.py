@@ -20,7 +20,6 @@ from click.testing import CliRunner
 
 from hpckit.cli.lab import lab as lab_cli
 from hpckit.lab import (
-    NODE_PYTHON,
     LabError,
     LabNode,
     LabSpec,
@@ -139,13 +138,9 @@ def test_ansible_facts_see_the_node(lab: LabStatus) -> None:
     if not ansible.exists():
         pytest.skip("ansible is not installed next to this Python")
     identity = ssh_identity(CLUSTER, STATE_ROOT)
-    argv = [
-        str(ansible), "all", "-i", "10.77.9.10,10.77.9.11,", "-u", identity.user, "-o",
-        "--private-key", str(identity.private_key),
-        f"--ssh-common-args=-o UserKnownHostsFile={identity.known_hosts} -o GlobalKnownHostsFile=/dev/null",
-        "-e", f"ansible_python_interpreter={NODE_PYTHON}",
-        "-m", "setup", "-a", "filter=ansible_default_ipv4,ansible_hostname",
-    ]  # fmt: skip
+    extra_vars = json.dumps(identity.ansible_vars())
+    argv = [str(ansible), "all", "-i", "10.77.9.10,10.77.9.11,", "-o", "-e", extra_vars, "-m", "setup",
+            "-a", "filter=ansible_default_ipv4,ansible_hostname"]  # fmt: skip
     env = {**os.environ, "ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_NOCOLOR": "1"}
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, check=False)
     assert done.returncode == 0, done.stdout + done.stderr

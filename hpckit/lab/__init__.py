@@ -11,7 +11,6 @@ from hpckit.lab.blueprint import spec_from_blueprint
 from hpckit.lab.errors import LabError
 from hpckit.lab.packages import install_packages, missing_packages, required_packages
 from hpckit.lab.provider import (
-    NODE_PYTHON,
     LabStatus,
     NodeStatus,
     exec_argv,
@@ -26,7 +25,7 @@ from hpckit.lab.provider import (
     ssh_identity,
 )
 from hpckit.lab.spec import DEFAULT_STATE_ROOT, LabNode, LabSpec
-from hpckit.lab.ssh import SshIdentity
+from hpckit.lab.ssh import NODE_PYTHON, SshIdentity
 
 __all__ = [
     "DEFAULT_STATE_ROOT",

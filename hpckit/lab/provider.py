@@ -27,9 +27,6 @@ from hpckit.lab.ssh import SshIdentity
 from hpckit.lab.state import LabPaths, NodeRecord
 
 SSHD_WAIT_S = 30.0
-# The interpreter Ansible should use on nodes: root's shell start-up files are the host's (same /root)
-# and may put another python3 first on PATH (pyenv shims, venvs) that interpreter discovery then picks.
-NODE_PYTHON = "/usr/bin/python3"
 _MAX_PARALLEL = 8
 _T = TypeVar("_T")
 
