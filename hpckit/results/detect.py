@@ -9,7 +9,7 @@ from hpckit.results.training_fields import MEGATRON_LINE, NEMO2_LINE, TQDM
 HEAD = 1 << 20  # markers sit near the top of every format; look at the first MiB first
 
 NCCL_MARKERS = re.compile(
-    r"^(?:\S*?:)?\s*#\s*(?:nThread\s+\d|nccl-tests version|Using devices|Avg bus bandwidth"
+    r"^(?:\s*\S*?:)?\s*#\s*(?:nThread\s+\d|nccl-tests version|Using devices|Avg bus bandwidth"
     r"|Out of bounds values|\s*size\s+count\s+type\b)",
     re.MULTILINE,
 )

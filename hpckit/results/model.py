@@ -101,15 +101,20 @@ def _to_float(text: str) -> float | None:
         return math.nan if text in NA_TOKENS else None
 
 
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
 def _to_int(text: str) -> int | None:
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
-        value = _to_float(text)
+        number = _to_float(text)
         # sizes sometimes print as 66132.0 or 1.2e+05; accept them only when they are whole
-        if value is None or not math.isfinite(value) or not value.is_integer():
+        if number is None or not math.isfinite(number) or not number.is_integer():
             return None
-        return int(value)
+        value = int(number)
+    # frames hold int64: a bigger number is a garbled one, not a measurement
+    return value if INT64_MIN <= value <= INT64_MAX else None
 
 
 def _to_suffixed(text: str) -> float | None:

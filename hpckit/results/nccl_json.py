@@ -12,6 +12,7 @@ import contextlib
 import json
 import math
 import re
+from typing import NoReturn
 
 import numpy as np
 import pandas as pd
@@ -76,7 +77,8 @@ def _salvage(text: str, source: str, exc: json.JSONDecodeError) -> dict[str, obj
                 doc[key] = decoder.raw_decode(text, m.end())[0]
     m = re.search(r'"results"\s*:\s*\[', text)
     if m is None:
-        line = text.splitlines()[exc.lineno - 1] if text.splitlines() else ""
+        lines = text.split("\n")  # json counts lines by \n only
+        line = lines[exc.lineno - 1] if 0 < exc.lineno <= len(lines) else ""
         raise ParseError(source, exc.lineno, line[:160], f"invalid JSON: {exc.msg} (column {exc.colno})")
     doc["results"] = _complete_items(text, m.end(), decoder)
     return doc
@@ -138,18 +140,24 @@ def _record(
 
 
 def _int(value: object, source: str, i: int, key: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not float(value).is_integer():
-        raise ParseError(
-            source, 1, f"results[{i}].{key} = {value!r}", f"results[{i}].{key} is not an integer"
-        )
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        _not_int(value, source, i, key)
+    # frames hold int64: anything beyond is a garbled number
+    if not (math.isfinite(value) and float(value).is_integer() and abs(value) < 1 << 63):
+        _not_int(value, source, i, key)
     return int(value)
+
+
+def _not_int(value: object, source: str, i: int, key: str) -> NoReturn:
+    raise ParseError(source, 1, f"results[{i}].{key} = {value!r}", f"results[{i}].{key} is not an integer")
 
 
 def _root(value: object) -> int | None:
     try:
-        return int(str(value).strip())
+        root = int(str(value).strip())
     except ValueError:
         return None
+    return root if abs(root) < 1 << 63 else None
 
 
 def _float(value: object) -> float:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
@@ -65,11 +66,15 @@ def schema_from_header(tokens: Sequence[str]) -> Schema | None:
     starts = [i for i, t in enumerate(toks) if GROUP_START.fullmatch(t)]
     if not starts or "size" not in toks[: starts[0]]:
         return None
-    keys = [_field_for(t, KEY_COLUMNS) or Field(_safe_name(t), "", t, "str") for t in toks[: starts[0]]]
+    keys = [
+        _field_for(t, KEY_COLUMNS) or Field(_safe_name(t), "", re.escape(t), "str") for t in toks[: starts[0]]
+    ]
     groups: list[tuple[Field, ...]] = []
     for i, start in enumerate(starts):
         end = starts[i + 1] if i + 1 < len(starts) else len(toks)
-        group = tuple(_field_for(t, METRIC_COLUMNS) or Field(_safe_name(t), "", t) for t in toks[start:end])
+        group = tuple(
+            _field_for(t, METRIC_COLUMNS) or Field(_safe_name(t), "", re.escape(t)) for t in toks[start:end]
+        )
         groups.append(group)
     if len(groups) > len(PLACEMENTS):
         return None

@@ -52,10 +52,10 @@ def parse_sacct_text(text: str, source: str = "<text>") -> ParseResult:
     header = lines[start].rstrip("\r")
     delim = _delimiter(header, source, start + 1)
     names = _fields(header, delim)
-    rows, partial, warnings = _rows(lines, start, names, delim, source)
+    rows, numbers, partial, warnings = _rows(lines, start, names, delim, source)
     raw = pd.DataFrame(rows, columns=names, dtype="str")
     frame = pd.concat([_normalize(raw, names), raw], axis=1)
-    frame["line"] = [n for n, _ in _row_numbers(lines, start, len(rows))]
+    frame["line"] = numbers
     meta: dict[str, object] = {"delimiter": delim, "fields": names, "rows": len(frame), "units": UNITS}
     return ParseResult(KIND, frame, meta, partial, warnings)
 
@@ -79,27 +79,23 @@ def _fields(line: str, delim: str) -> list[str]:
 
 def _rows(
     lines: list[str], start: int, names: list[str], delim: str, source: str
-) -> tuple[list[list[str]], bool, list[str]]:
+) -> tuple[list[list[str]], list[int], bool, list[str]]:
     rows: list[list[str]] = []
+    numbers: list[int] = []
     body = [(i + 1, ln.rstrip("\r")) for i, ln in enumerate(lines[start + 1 :], start + 1) if ln.strip()]
     for k, (lineno, line) in enumerate(body):
-        parts = _fields(line, delim) if len(line.split(delim)) != len(names) else line.split(delim)
+        parts = line.split(delim)
+        if len(parts) == len(names) + 1 and parts[-1] == "":
+            parts.pop()  # --parsable: a trailing delimiter
         if len(parts) == len(names):
             rows.append(parts)
+            numbers.append(lineno)
             continue
         if k == len(body) - 1 and len(parts) < len(names):
-            return (
-                rows,
-                True,
-                [f"line {lineno}: last row has {len(parts)} of {len(names)} fields (truncated)"],
-            )
+            warning = f"line {lineno}: last row has {len(parts)} of {len(names)} fields (truncated)"
+            return rows, numbers, True, [warning]
         raise ParseError(source, lineno, excerpt(line), f"expected {len(names)} fields, found {len(parts)}")
-    return rows, False, []
-
-
-def _row_numbers(lines: list[str], start: int, n: int) -> list[tuple[int, str]]:
-    body = [(i + 1, ln) for i, ln in enumerate(lines[start + 1 :], start + 1) if ln.strip()]
-    return body[:n]
+    return rows, numbers, False, []
 
 
 def _normalize(raw: pd.DataFrame, names: list[str]) -> pd.DataFrame:
@@ -107,9 +103,10 @@ def _normalize(raw: pd.DataFrame, names: list[str]) -> pd.DataFrame:
     for f in NORMALIZED:
         if f.name in cols:
             continue
-        source = next((n for n in names if f.pattern.fullmatch(n)), None)
-        if source is not None:
-            cols[f.name] = [_typed(f, v) for v in raw[source]]
+        # by position: a header may repeat a name (sinfo does; a garbled sacct one may)
+        pos = next((i for i, n in enumerate(names) if f.pattern.fullmatch(n)), None)
+        if pos is not None:
+            cols[f.name] = [_typed(f, v) for v in raw.iloc[:, pos]]
     frame = pd.DataFrame(cols, index=raw.index)
     return _finish(frame)
 
@@ -162,7 +159,7 @@ def parse_sacct_json(text: str, source: str = "<text>") -> ParseResult:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        lines = text.splitlines()
+        lines = text.split("\n")  # json counts lines by \n only
         line = lines[exc.lineno - 1] if 0 < exc.lineno <= len(lines) else ""
         raise ParseError(
             source, exc.lineno, excerpt(line), f"invalid JSON: {exc.msg} (column {exc.colno})"
