@@ -339,5 +339,5 @@ def test_bulk_reader_falls_back_on_a_short_row() -> None:
     assert schema is not None
     good = "1048576  262144  float  sum  -1  203.2  5.16  9.68  0  207.2  5.06  9.49  0"
     rows = [good] * 40 + [good.rsplit(" ", 1)[0]]
-    block = nccl_table.parse_rows(schema, rows, list(range(1, 42)))
+    block = nccl_table.parse_rows(schema, "\n".join(rows), np.arange(1, 42))
     assert [b[0] for b in block.bad] == [41] and len(block.lines) == 40

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
-from hpckit.results import ParseError, parse_file, parse_text, steady_step_time
+from hpckit.results import ParseError, parse_file, parse_text, steady_step_time, training_bulk
+from hpckit.results.training_fields import MEGATRON_LINE, NEMO2_LINE, REDRAW
 
 DATA = Path(__file__).parent / "data" / "results"
 
@@ -138,3 +141,48 @@ def test_steady_step_time_skips_warmup() -> None:
     assert steady_step_time(f, skip=0) == 6.15  # the warm-up steps pull it up
     with pytest.raises(ValueError):
         steady_step_time(f, skip=-1)
+
+
+# ---------------------------------------------------------------- the bulk path agrees with the exact one
+
+
+def _shift(pattern: str, text: str, by: int) -> str:
+    """`pattern` has two groups, a label and a number: move every such number on by `by`."""
+    return re.sub(pattern, lambda m: f"{m.group(1)}{int(m.group(2)) + by}", text)
+
+
+def _stretch(text: str, pattern: str, times: int = 80) -> str:
+    """A long log from a short sample: its step lines again and again, step numbers moved on."""
+    lines = [ln for ln in text.split("\n") if re.search(pattern, ln)]
+    return "\n".join(_shift(pattern, ln, 1000 * k) for k in range(times) for ln in lines) + "\n"
+
+
+PIPE_SAMPLES = sorted(p.name for p in DATA.iterdir() if p.name.startswith(("nemo2", "megatron")))
+TQDM_SAMPLES = sorted(p.name for p in DATA.iterdir() if p.name.startswith("nemo1"))
+
+
+@pytest.mark.parametrize("name", PIPE_SAMPLES + TQDM_SAMPLES)
+def test_bulk_and_exact_training_readers_agree(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    kind = name.split("-", 1)[0]
+    text = (DATA / name).read_text()
+    if kind == "nemo1":
+        long = "\r".join(_shift(r"(global_step=)(\d+)", text, 10**5 * k) for k in range(80))
+        used = training_bulk.bulk_tqdm(long, REDRAW, str.lower)
+    else:
+        long = _stretch(text, r"(iteration\s+)(\d+)")
+        used = training_bulk.bulk_pipe(long, NEMO2_LINE if kind == "nemo2" else MEGATRON_LINE, str.lower)
+    assert used is not None  # the bulk path really ran
+    bulk = parse_text(long, kind)
+    monkeypatch.setattr(training_bulk, "MIN_LINES", 10**9)
+    exact = parse_text(long, kind)
+    pd.testing.assert_frame_equal(bulk.frame, exact.frame)
+    assert (bulk.warnings, bulk.partial, bulk.meta) == (exact.warnings, exact.partial, exact.meta)
+
+
+def test_bulk_path_steps_aside_for_a_second_layout() -> None:
+    text = _stretch(
+        (DATA / "nemo2-b200-llama3-8b-pretrain-iterations-45-49.txt").read_text(), r"(iteration )(\d+)"
+    )
+    odd = text.replace("| lr:", "| learning rate:", 1)  # one line of another layout
+    assert training_bulk.bulk_pipe(odd, NEMO2_LINE, str.lower) is None
+    assert len(parse_text(odd, "nemo2").frame) == 400

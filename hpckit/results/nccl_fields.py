@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from hpckit.results.model import Field
+from hpckit.results.model import Field, Value, extract
 
 # Table columns, matched against the header tokens of the `#  size  count  type ...` line.  The
 # header decides which columns a row has and in which order (eras differ: `root` appeared in 2.x,
@@ -39,30 +39,46 @@ UNITS: dict[str, str] = {f.name: f.unit for f in (*KEY_COLUMNS, *METRIC_COLUMNS)
 
 @dataclass(frozen=True)
 class LineRule:
-    """A kind of `#` line: the trigger regex says which event it is, the fields what it carries."""
+    """A kind of `#` line: ``after_hash`` (regex of what follows "# ") says which event it is, the
+    fields what it carries."""
 
     event: str
-    trigger: re.Pattern[str]
+    after_hash: str
     fields: tuple[Field, ...]
+    # optional: the whole line in one regex, one named group per field, for lines that come by the
+    # hundred (device lines); when it does not match, the fields are searched one by one
+    whole: re.Pattern[str] | None = None
+
+    def extract(self, line: str) -> dict[str, Value]:
+        m = self.whole.match(line) if self.whole is not None else None
+        if m is None:
+            return extract(self.fields, line)
+        found: dict[str, Value] = {}
+        for f in self.fields:
+            text = m.group(f.name)
+            value = None if text is None else f.convert(text)
+            if value is not None:
+                found[f.name] = value
+        return found
 
 
-def _rule(event: str, trigger: str, *fields: Field) -> LineRule:
-    return LineRule(event, re.compile(trigger), fields)
+def _rule(event: str, after_hash: str, *fields: Field, whole: str | None = None) -> LineRule:
+    return LineRule(event, after_hash, fields, re.compile(whole) if whole else None)
 
 
 HEADER_RULES: tuple[LineRule, ...] = (
     _rule(
         "version",
-        r"^#\s*nccl-tests version\b",
+        r"nccl-tests version\b",
         Field("nccl_tests_version", "", r"version\s+(\S+)", "str"),
         Field("nccl_headers", "", r"nccl-headers=(\d+)", "int"),
         Field("nccl_library", "", r"nccl-library=(\d+)", "int"),
     ),
-    _rule("start", r"^#\s*Collective test starting:", Field("binary", "", r"starting:\s*(\S+)", "str")),
-    _rule("end", r"^#\s*Collective test concluded:", Field("binary", "", r"concluded:\s*(\S+)", "str")),
+    _rule("start", r"Collective test starting:", Field("binary", "", r"starting:\s*(\S+)", "str")),
+    _rule("end", r"Collective test concluded:", Field("binary", "", r"concluded:\s*(\S+)", "str")),
     _rule(
         "params",
-        r"^#\s*nThread\s+\d",
+        r"nThread\s+\d",
         Field("nthreads", "", r"nThread\s+(\d+)", "int"),
         Field("ngpus", "", r"nGpus\s+(\d+)", "int"),
         Field("min_bytes", "B", r"minBytes\s+(\d+)", "int"),
@@ -75,10 +91,15 @@ HEADER_RULES: tuple[LineRule, ...] = (
         Field("validation", "", r"validation:\s*(\d+)", "int"),
         Field("graph", "", r"graph:\s*(\d+)", "int"),
         Field("unalign", "", r"unalign:\s*(\d+)", "int"),
+        whole=r"#\s*nThread\s+(?P<nthreads>\d+)\s+nGpus\s+(?P<ngpus>\d+)\s+minBytes\s+(?P<min_bytes>\d+)"
+        r"\s+maxBytes\s+(?P<max_bytes>\d+)\s+step:\s*(?P<step>\d+)\((?P<step_kind>\w+)\)"
+        r"\s+warmup iters:\s*(?P<warmup_iters>\d+)\s+iters:\s*(?P<iters>\d+)"
+        r"(?:\s+agg iters:\s*(?P<agg_iters>\d+))?"
+        r"\s+validation:\s*(?P<validation>\d+)(?:\s+graph:\s*(?P<graph>\d+))?(?:\s+unalign:\s*(?P<unalign>\d+))?",
     ),
     _rule(
         "device",
-        r"^#\s*Rank\s+\d+\b.*\bdevice\s+\d+",
+        r"Rank\s+\d+\b.*\bdevice\s+\d+",
         Field("rank", "", r"Rank\s+(\d+)", "int"),
         Field("group", "", r"Group\s+(\d+)", "int"),
         Field("pid", "", r"Pid\s+(\d+)", "int"),
@@ -87,22 +108,24 @@ HEADER_RULES: tuple[LineRule, ...] = (
         # old builds print the PCI bus as [0x0f], newer ones as domain:bus:device [0000:0b:00]
         Field("busid", "", r"\bdevice\s+\d+\s+\[([^\]]*)\]", "str"),
         Field("name", "", r"\bdevice\s+\d+\s+\[[^\]]*\]\s*(.*?)\s*$", "str"),
+        whole=r"#\s*Rank\s+(?P<rank>\d+)(?:\s+Group\s+(?P<group>\d+))?\s+Pid\s+(?P<pid>\d+)\s+on\s+(?P<host>\S+)"
+        r"\s+device\s+(?P<device>\d+)\s+\[(?P<busid>[^\]]*)\]\s*(?P<name>.*?)\s*$",
     ),
     _rule(
         "oob",
-        r"^#\s*Out of bounds values\s*:",
+        r"Out of bounds values\s*:",
         Field("out_of_bounds", "", r":\s*(\d+)", "int"),
         Field("out_of_bounds_status", "", r":\s*\d+\s+(OK|FAILED)", "str"),
     ),
     _rule(
         "avg",
-        r"^#\s*Avg bus bandwidth\s*:",
+        r"Avg bus bandwidth\s*:",
         Field("avg_busbw_gbps", "GB/s", r":\s*(\S+)"),
         Field("avg_busbw_check", "", r":\s*\S+\s+(OK|FAILED)", "str"),
     ),
-    _rule("json", r"^#\s*Writing JSON output to\b", Field("json_output", "", r"to\s+(.*?)\s*$", "str")),
-    _rule("error", r"^#\s*error:", Field("error", "", r"error:\s*(.*?)\s*$", "str")),
-    _rule("memory", r"^#\s*GPU memory usage\s*:", Field("gpu_memory", "", r":\s*(.*?)\s*$", "str")),
+    _rule("json", r"Writing JSON output to\b", Field("json_output", "", r"to\s+(.*?)\s*$", "str")),
+    _rule("error", r"error:", Field("error", "", r"error:\s*(.*?)\s*$", "str")),
+    _rule("memory", r"GPU memory usage\s*:", Field("gpu_memory", "", r":\s*(.*?)\s*$", "str")),
 )
 
 NCCL_VERSION = Field("nccl_version", "", r"\bNCCL version (\d+\.\d+\.\d+\S*)", "str")
@@ -132,8 +155,11 @@ def collective_of(binary: str) -> str | None:
     return m.group(1) if m else None
 
 
+# All triggers in one regex: a `#` line costs one match, whatever its kind.
+_BY_EVENT = {rule.event: rule for rule in HEADER_RULES}
+_ANY_HEADER = re.compile(r"^#\s*(?:" + "|".join(f"(?P<{r.event}>{r.after_hash})" for r in HEADER_RULES) + ")")
+
+
 def classify_header(line: str) -> LineRule | None:
-    for rule in HEADER_RULES:
-        if rule.trigger.match(line):
-            return rule
-    return None
+    m = _ANY_HEADER.match(line)
+    return _BY_EVENT[m.lastgroup] if m is not None and m.lastgroup else None

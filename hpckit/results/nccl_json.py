@@ -60,7 +60,7 @@ def parse_nccl_json(text: str, source: str = "<text>", collective: str | None = 
     frame = _frame(doc.get("results", []), source)
     meta = _meta(doc)
     coll = collective or meta.get("collective")
-    frame["collective"] = pd.Series([coll] * len(frame), dtype="str")
+    frame["collective"] = pd.Categorical([coll] * len(frame))
     meta["collective"] = coll
     meta["units"] = {k: v for k, v in UNITS.items() if k in frame.columns}
     return ParseResult(KIND, frame, meta, partial, warnings)
@@ -113,8 +113,8 @@ def _frame(results: list[object], source: str) -> pd.DataFrame:
     frame.insert(0, "run", np.zeros(len(frame), dtype=np.int64))
     frame.insert(1, "collective", None)
     frame["root"] = frame["root"].astype("Int64")
-    for col in ("type", "redop", "placement"):
-        frame[col] = frame[col].astype("str")
+    for col in ("type", "redop", "placement"):  # categorical, as the text parser gives them
+        frame[col] = frame[col].astype("category")
     return frame
 
 

@@ -13,6 +13,7 @@ import math
 import re
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -28,6 +29,8 @@ from hpckit.results.nccl_fields import (
 )
 
 FAST_MIN_ROWS = 32  # below this the bulk reader's fixed cost outweighs its speed
+# a column as parsed: a numpy array, or a pandas Categorical for text (pandas-stubs cannot type the mix)
+Column = Any
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,8 @@ class Block:
     """Table lines of one run, parsed column-wise: key columns per line, metrics per placement."""
 
     lines: np.ndarray
-    keys: dict[str, np.ndarray | list[object]]
+    index: np.ndarray  # position of each parsed line among the rows given (bad rows are left out)
+    keys: dict[str, Column]
     metrics: list[dict[str, np.ndarray]]
     present: np.ndarray  # (n, placements) bool: False where a placement was not printed
     timestamps: list[str] | None = None
@@ -118,29 +122,35 @@ class RowError(ValueError):
     """A row does not fit the schema (carries the reason; the caller knows the line)."""
 
 
-def parse_rows(schema: Schema, rows: list[str], linenos: list[int]) -> Block:
-    """Parse table rows; fast bulk path first, exact row-by-row path when the bulk read looks off."""
-    if len(rows) >= FAST_MIN_ROWS:
-        block = _parse_bulk(schema, rows, linenos)
+def parse_rows(schema: Schema, text: str, linenos: np.ndarray) -> Block:
+    """Parse table rows (one per line of ``text``, line numbers alongside); the fast bulk path
+    first, the exact row-by-row path when the bulk read looks off."""
+    body = text
+    # leading blanks are skipped by the reader; trailing ones (CRLF files, padded rows) are not
+    if " \n" in body or "\r" in body or "\t" in body or body.endswith(" "):
+        body = "\n".join(line.strip() for line in body.split("\n"))
+    if len(linenos) >= FAST_MIN_ROWS:
+        block = _parse_bulk(schema, body, linenos)
         if block is not None:
             return block
-    return _parse_slow(schema, rows, linenos)
+    return _parse_slow(schema, body.split("\n"), linenos.tolist())
 
 
 # ---------------------------------------------------------------- bulk path (pandas C reader)
 
 
-def _parse_bulk(schema: Schema, rows: list[str], linenos: list[int]) -> Block | None:
+def _parse_bulk(schema: Schema, body: str, linenos: np.ndarray) -> Block | None:
     fields = schema.token_fields()
     width = schema.width
-    dtype: dict[Hashable, str] = {i: "object" for i, f in enumerate(fields) if f.kind == "str"}
+    # text columns (type, redop) come out categorical: few values, many rows
+    dtype: dict[Hashable, str] = {i: "category" for i, f in enumerate(fields) if f.kind == "str"}
     if schema.timestamp:
         dtype.update({width - 2: "object", width - 1: "object"})
     na: dict[Hashable, list[str]] = {i: sorted(NA_TOKENS) for i, f in enumerate(fields) if f.kind != "str"}
     try:
         # pandas-stubs want str keys for na_values; positional keys are what header=None gives
         df = pd.read_csv(  # type: ignore[call-overload]
-            io.StringIO("\n".join(rows)),
+            io.StringIO(body),
             sep=" ",
             skipinitialspace=True,
             header=None,
@@ -152,23 +162,23 @@ def _parse_bulk(schema: Schema, rows: list[str], linenos: list[int]) -> Block | 
         )
     except (ValueError, pd.errors.ParserError):
         return None
-    if df.shape != (len(rows), width):
+    if df.shape != (len(linenos), width):
         return None
-    columns = [df[i].to_numpy() for i in range(width)]
+    columns = [df[i].array if dtype.get(i) == "category" else df[i].to_numpy() for i in range(width)]
     return _block_from_columns(schema, fields, columns, linenos)
 
 
 def _block_from_columns(
-    schema: Schema, fields: list[Field], columns: list[np.ndarray], linenos: list[int]
+    schema: Schema, fields: list[Field], columns: list[Column], linenos: np.ndarray
 ) -> Block | None:
     n = len(linenos)
-    converted: list[np.ndarray] = []
+    converted: list[Column] = []
     for f, col in zip(fields, columns, strict=False):
         arr = _checked(f, col)
         if arr is None:
             return None
         converted.append(arr)
-    keys: dict[str, np.ndarray | list[object]] = {}
+    keys: dict[str, Column] = {}
     for f, arr in zip(schema.keys, converted, strict=False):
         keys[f.name] = arr
     metrics: list[dict[str, np.ndarray]] = []
@@ -183,17 +193,18 @@ def _block_from_columns(
             return None
         timestamps = [f"{d} {t}" for d, t in zip(dates, times, strict=True)]
     present = np.ones((n, len(schema.groups)), dtype=bool)
-    return Block(np.asarray(linenos, dtype=np.int64), keys, metrics, present, timestamps)
+    lines = np.asarray(linenos, dtype=np.int64)
+    return Block(lines, np.arange(n), keys, metrics, present, timestamps)
 
 
-def _checked(f: Field, col: np.ndarray) -> np.ndarray | None:
+def _checked(f: Field, col: Column) -> Column | None:
     """The column in its field's dtype, or None when it holds anything the exact path would reject."""
     if f.kind == "str":
         # vectorised: a short row leaves NaN or "" behind, and then the exact path must decide
         if pd.isna(col).any() or (col == "").any():
             return None
         return col
-    if col.dtype.kind not in "if":
+    if isinstance(col, pd.Categorical) or col.dtype.kind not in "if":
         return None
     if f.kind == "int":
         whole = col.dtype.kind == "i" or (np.all(np.isfinite(col)) and np.all(col == np.floor(col)))
@@ -217,14 +228,16 @@ def _parse_slow(schema: Schema, rows: list[str], linenos: list[int]) -> Block:
     present: list[list[bool]] = []
     stamps: list[str] = []
     good: list[int] = []
+    index: list[int] = []
     bad: list[tuple[int, str, str]] = []
-    for row, lineno in zip(rows, linenos, strict=True):
+    for i, (row, lineno) in enumerate(zip(rows, linenos, strict=True)):
         try:
             keys, groups, stamp = _parse_row(schema, fields, row.split())
         except RowError as exc:
             bad.append((lineno, row, str(exc)))
             continue
         good.append(lineno)
+        index.append(i)
         for col, value in zip(key_cols, keys, strict=True):
             col.append(value)
         flags = []
@@ -234,7 +247,9 @@ def _parse_slow(schema: Schema, rows: list[str], linenos: list[int]) -> Block:
                 metric.append(values[i] if values is not None else math.nan)
         present.append(flags)
         stamps.append(stamp)
-    return _block_from_lists(schema, good, key_cols, metric_cols, present, stamps, bad)
+    block = _block_from_lists(schema, good, key_cols, metric_cols, present, stamps, bad)
+    block.index = np.asarray(index, dtype=np.int64)
+    return block
 
 
 def _block_from_lists(
@@ -246,7 +261,7 @@ def _block_from_lists(
     stamps: list[str],
     bad: list[tuple[int, str, str]],
 ) -> Block:
-    keys: dict[str, np.ndarray | list[object]] = {}
+    keys: dict[str, Column] = {}
     for f, values in zip(schema.keys, key_cols, strict=True):
         keys[f.name] = np.asarray(values, dtype=np.int64) if f.kind == "int" else values
     metrics = [
@@ -254,9 +269,8 @@ def _block_from_lists(
         for group, cols in zip(schema.groups, metric_cols, strict=True)
     ]
     mask = np.asarray(present, dtype=bool).reshape(len(good), len(schema.groups))
-    return Block(
-        np.asarray(good, dtype=np.int64), keys, metrics, mask, stamps if schema.timestamp else None, bad
-    )
+    lines = np.asarray(good, dtype=np.int64)
+    return Block(lines, np.arange(len(good)), keys, metrics, mask, stamps if schema.timestamp else None, bad)
 
 
 def _parse_row(

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
 
 import numpy as np
 import pandas as pd
 
-from hpckit.results.lines import excerpt, split_lines, strip_prefix
-from hpckit.results.model import ParseError, ParseResult, Value, extract
-from hpckit.results.nccl_fields import (
-    BINARY,
-    NCCL_VERSION,
-    UNITS,
-    classify_header,
-    collective_of,
-)
-from hpckit.results.nccl_table import Block, Schema, default_schema, parse_rows, schema_from_header
+from hpckit.results.lines import excerpt, split_lines
+from hpckit.results.model import ParseError, ParseResult
+from hpckit.results.nccl_fields import UNITS, collective_of
+from hpckit.results.nccl_scan import Run, Scan, scan
+from hpckit.results.nccl_table import Block, Column, Schema, default_schema, parse_rows
 
 KIND = "nccl-tests"
 FRAME_COLUMNS = [
@@ -33,161 +28,14 @@ FRAME_COLUMNS = [
     "busbw_gbps",
     "wrong",
 ]
-_DIGITS = frozenset("0123456789")
-_STARTERS = frozenset({"version", "start", "params"})
-_FOOTERS = frozenset({"oob", "avg", "end"})
-
-
-@dataclass
-class Run:
-    """One invocation of an nccl-tests binary as it appears in the log."""
-
-    index: int
-    tag: int
-    start_line: int
-    info: dict[str, Value] = field(default_factory=dict)
-    devices: list[dict[str, Value]] = field(default_factory=list)
-    schema: Schema | None = None
-    rows: list[str] = field(default_factory=list)
-    linenos: list[int] = field(default_factory=list)
-    finished: bool = False
-
-    def starts_anew(self, event: str) -> bool:
-        """Whether a header line of kind ``event`` belongs to a new run rather than this one."""
-        if self.rows or self.schema is not None or "nthreads" in self.info:
-            return True
-        if event == "version":
-            return "nccl_tests_version" in self.info or "binary" in self.info
-        return event == "start" and "binary" in self.info
-
-
-@dataclass
-class Scan:
-    """Everything one pass over the lines found."""
-
-    source: str
-    runs: list[Run] = field(default_factory=list)
-    current: dict[int, Run] = field(default_factory=dict)
-    nccl_version: str | None = None
-    binaries: list[str] = field(default_factory=list)
-    param_lines: list[tuple[int, str]] = field(default_factory=list)  # (tag, text) per `# nThread`
-    interleaved: bool = False
-    last_row_line: int = 0
-    warnings: list[str] = field(default_factory=list)
-
-    def new_run(self, tag: int, lineno: int) -> Run:
-        run = Run(len(self.runs), tag, lineno)
-        self.runs.append(run)
-        self.current[tag] = run
-        return run
-
-    def run_for(self, tag: int, lineno: int) -> Run:
-        run = self.current.get(tag) or (self.runs[-1] if self.runs else None)
-        return run if run is not None else self.new_run(tag, lineno)
-
-
-def scan(text: str, source: str) -> Scan:
-    """One pass over the log; rows are only collected here (parsed in bulk later)."""
-    sc = Scan(source)
-    current = sc.current
-    for lineno, raw in enumerate(split_lines(text), 1):
-        line, tag = strip_prefix(raw)
-        s = line.strip()
-        if not s:
-            continue
-        c = s[0]
-        if c in _DIGITS and _is_row(s):
-            run = current.get(tag) or (sc.runs[-1] if sc.runs else None) or sc.new_run(tag, lineno)
-            run.rows.append(s)
-            run.linenos.append(lineno)
-            sc.last_row_line = lineno
-        elif c == "#":
-            _header_line(sc, s, lineno, tag)
-        else:
-            _other_line(sc, s)
-    return sc
-
-
-def _is_row(s: str) -> bool:
-    # the first token of a row is a number; an NCCL INFO line can also start with a digit
-    # (a container-id hostname) but its first token is "host:pid:tid"
-    end = s.find(" ")
-    first = s if end < 0 else s[:end]
-    if first.isdigit() and first.isascii():
-        return True
-    try:
-        float(first)
-    except ValueError:
-        return False
-    return first.isascii()
-
-
-def _other_line(sc: Scan, s: str) -> None:
-    if sc.nccl_version is None and "NCCL version" in s:
-        version = NCCL_VERSION.search(s)
-        if isinstance(version, str):
-            sc.nccl_version = version
-    if "_perf" in s:
-        sc.binaries.extend(m.group(1) for m in BINARY.finditer(s))
-
-
-def _header_line(sc: Scan, s: str, lineno: int, tag: int) -> None:
-    rule = classify_header(s)
-    if rule is None:
-        _maybe_columns(sc, s, lineno, tag)
-        return
-    values = extract(rule.fields, s)
-    event = rule.event
-    run = sc.current.get(tag)
-    if event in _STARTERS and (run is None or run.starts_anew(event)):
-        if event == "params" and run is not None and "nthreads" in run.info and not run.rows:
-            # a second header before the first run printed anything: concurrent processes
-            sc.interleaved = True
-        run = sc.new_run(tag, lineno)
-    elif run is None:
-        run = sc.run_for(tag, lineno)
-    if event == "params":
-        sc.param_lines.append((tag, s))
-    if event == "device":
-        run.devices.append(values)
-        return
-    run.info.update(values)
-    if event in _FOOTERS:
-        run.finished = True
-
-
-def _maybe_columns(sc: Scan, s: str, lineno: int, tag: int) -> None:
-    tokens = s[1:].split()
-    if "size" not in tokens:
-        return  # the "(B) (elements)" units line, the out-of-place/in-place titles, a bare "#"
-    schema = schema_from_header(tokens)
-    if schema is None:
-        sc.warnings.append(f"line {lineno}: unrecognised column header ignored: {excerpt(s, 80)}")
-        return
-    run = sc.current.get(tag)
-    # concurrent processes writing untagged lines: a second copy of the same header is not a new run
-    same = sc.interleaved and run is not None and run.schema == schema
-    if run is None or run.finished or (run.rows and not same):
-        run = sc.new_run(tag, lineno)
-    run.schema = schema
-
-
 # ---------------------------------------------------------------- from scan to result
 
 
 def parse_nccl_text(text: str, source: str = "<text>", collective: str | None = None) -> ParseResult:
     sc = scan(text, source)
-    if not any(r.rows for r in sc.runs):
+    if not any(r.nrows for r in sc.runs):
         return _no_rows(sc, text)
-    partial = False
-    frames: list[pd.DataFrame] = []
-    for run in sc.runs:
-        if not run.rows:
-            continue
-        block, truncated = _run_block(sc, run)
-        partial |= truncated
-        frames.append(_melt(block, _schema_of(sc, run), run))
-    frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    frame, partial = _frame(sc)
     meta = _meta(sc)
     coll = collective or _guess_collective(sc)
     _fill_collective(frame, sc, coll)
@@ -218,78 +66,145 @@ def _no_rows(sc: Scan, text: str) -> ParseResult:
 def _schema_of(sc: Scan, run: Run) -> Schema:
     if run.schema is not None:
         return run.schema
-    width = len(run.rows[0].split())
+    first_row = run.chunks[0].text.split("\n", 1)[0]
+    width = len(first_row.split())
     schema = default_schema(width)
     if schema is None:
         raise ParseError(
             sc.source,
-            run.linenos[0],
-            excerpt(run.rows[0]),
+            run.chunks[0].first_line,
+            excerpt(first_row),
             f"result row before any column header, and {width} fields match no known nccl-tests layout",
         )
     run.schema = schema
     sc.warnings.append(
-        f"line {run.linenos[0]}: no column header before the rows; assumed the {width}-field layout"
+        f"line {run.chunks[0].first_line}: no column header before the rows; assumed the {width}-field layout"
     )
     return schema
 
 
-def _run_block(sc: Scan, run: Run) -> tuple[Block, bool]:
-    """Parse the run's rows; a bad last row of an unfinished output is truncation, else an error."""
-    block = parse_rows(_schema_of(sc, run), run.rows, run.linenos)
+def _frame(sc: Scan) -> tuple[pd.DataFrame, bool]:
+    """All runs' rows in one frame; runs sharing a column layout are parsed in one go."""
+    # keyed by identity: equal headers share one cached Schema, and hashing one is not cheap
+    groups: dict[int, tuple[Schema, list[Run]]] = {}
+    for run in sc.runs:
+        if run.nrows:
+            schema = _schema_of(sc, run)
+            groups.setdefault(id(schema), (schema, []))[1].append(run)
+    parts: list[dict[str, Column]] = []
+    partial = False
+    for schema, runs in groups.values():
+        chunks = [(run.index, c) for run in runs for c in run.chunks]
+        text = "\n".join(c.text for _, c in chunks)
+        linenos = np.concatenate([np.arange(c.first_line, c.first_line + c.rows) for _, c in chunks])
+        owner = np.repeat(np.asarray([i for i, _ in chunks], dtype=np.int64), [c.rows for _, c in chunks])
+        block = parse_rows(schema, text, linenos)
+        if block.bad:
+            partial |= _bad_rows(sc, block, dict(zip(linenos.tolist(), owner.tolist(), strict=True)))
+        parts.append(_melt(block, schema, owner[block.index]))
+    return _concat(parts), partial
+
+
+def _bad_rows(sc: Scan, block: Block, run_of_line: dict[int, int]) -> bool:
+    """A bad last row of an unfinished output is truncation (partial); anywhere else, an error."""
     truncated = False
     for lineno, line, why in block.bad:
-        if lineno == sc.last_row_line and not run.finished:
+        if lineno == sc.last_row_line and not sc.runs[run_of_line[lineno]].finished:
             sc.warnings.append(f"line {lineno}: last row is incomplete (truncated output): {why}")
             truncated = True
             continue
         raise ParseError(sc.source, lineno, excerpt(line), f"malformed result row: {why}")
-    return block, truncated
+    return truncated
 
 
-def _melt(block: Block, schema: Schema, run: Run) -> pd.DataFrame:
+_TEXT_KEYS = ("type", "redop")
+
+
+def _melt(block: Block, schema: Schema, runs: np.ndarray) -> dict[str, Column]:
     """One row per (table line, placement), out-of-place before in-place, as printed."""
     n = len(block.lines)
     p = len(schema.placements)
     keep = block.present.ravel()
-    cols: dict[str, object] = {"run": np.full(n * p, run.index, dtype=np.int64)[keep]}
-    cols["collective"] = None
-    for name in ("size_bytes", "count", "type", "redop", "root"):
-        cols[name] = _repeat(block.keys.get(name), n, p, keep, name)
+    cols: dict[str, Column] = {"run": np.repeat(runs, p)[keep]}
+    for name in ("size_bytes", "count", *_TEXT_KEYS, "root"):
+        cols[name] = _repeat(block.keys.get(name), p, keep, name)
     for name, values in block.keys.items():
         if name not in cols:
-            cols[name] = _repeat(values, n, p, keep, name)
-    cols["placement"] = np.tile(np.asarray(schema.placements, dtype=object), n)[keep]
-    names = list(dict.fromkeys(k for g in block.metrics for k in g))
-    for name in names:
+            cols[name] = _repeat(values, p, keep, name)
+    codes: np.ndarray = np.tile(np.arange(p, dtype=np.int8), n)[keep]
+    cols["placement"] = pd.Categorical.from_codes(codes, categories=pd.Index(list(schema.placements)))
+    for name in dict.fromkeys(k for g in block.metrics for k in g):
         stacked = np.column_stack([g.get(name, np.full(n, np.nan)) for g in block.metrics])
         cols[name] = stacked.ravel()[keep]
-    if "wrong" not in cols:
-        cols["wrong"] = np.full(int(keep.sum()), np.nan)
     if block.timestamps is not None:
         stamps = pd.to_datetime(pd.Series(block.timestamps), format="%Y-%m-%d %H:%M:%S", errors="coerce")
-        cols["timestamp"] = np.repeat(stamps.to_numpy(), p)[keep]
+        cols["timestamp"] = np.repeat(stamps.to_numpy(dtype="datetime64[s]"), p)[keep]
     cols["line"] = np.repeat(block.lines, p)[keep]
-    return pd.DataFrame(cols)
+    return cols
 
 
-def _repeat(values: object, n: int, p: int, keep: np.ndarray, name: str) -> object:
-    if values is None:
-        if name == "root":
-            return pd.array([pd.NA] * int(keep.sum()), dtype="Int64")
-        return None if name in ("type", "redop") else np.full(int(keep.sum()), -1, dtype=np.int64)
-    arr = np.repeat(np.asarray(values, dtype=object if name in ("type", "redop") else None), p)[keep]
-    if name == "root":
-        return pd.array(arr, dtype="Int64")
-    return arr
+def _repeat(values: Column, p: int, keep: np.ndarray, name: str) -> Column:
+    """A per-line key column as per-row; text becomes categorical (factorised once per line)."""
+    kept = int(keep.sum())
+    text = name in _TEXT_KEYS or isinstance(values, list | pd.Categorical)
+    if values is None:  # legacy tables have no root column
+        return pd.Categorical([None] * kept) if text else np.full(kept, np.nan)
+    if text:
+        cat = values if isinstance(values, pd.Categorical) else pd.Categorical(values)
+        return pd.Categorical.from_codes(np.repeat(cat.codes, p)[keep], categories=cat.categories)
+    repeated: np.ndarray = np.repeat(np.asarray(values), p)
+    kept_values: np.ndarray = repeated[keep]
+    return kept_values
+
+
+def _filler(n: int, like: Column) -> Column:
+    """What a column holds for rows of a layout that lacks it (timestamps, per-iteration stats)."""
+    if isinstance(like, pd.Categorical):
+        return pd.Categorical([None] * n)
+    if like.dtype.kind == "M":
+        return np.full(n, np.datetime64("NaT"), dtype=like.dtype)
+    return np.full(n, np.nan)
+
+
+def _join(pieces: list[Column]) -> Column:
+    if len(pieces) == 1:
+        return pieces[0]
+    if isinstance(pieces[0], pd.Categorical):
+        # union by hand: pieces may differ in the dtype of their categories (an empty filler)
+        categories = pd.Index(sorted({c for piece in pieces for c in piece.categories}, key=str))
+        codes = [piece.set_categories(categories).codes for piece in pieces]
+        return pd.Categorical.from_codes(np.concatenate(codes), categories=categories)
+    return np.concatenate(pieces)
+
+
+def _concat(parts: list[dict[str, Column]]) -> pd.DataFrame:
+    """Build the frame once from every layout's columns, in file order (run, then line)."""
+    names = list(dict.fromkeys(k for part in parts for k in part))
+    cols: dict[str, object] = {}
+    for name in names:
+        like = next(part[name] for part in parts if name in part)
+        cols[name] = _join([part.get(name, _filler(len(part["run"]), like)) for part in parts])
+    n = len(cols["run"])  # type: ignore[arg-type]
+    cols["collective"] = pd.Categorical.from_codes(
+        np.full(n, -1, dtype=np.int8), categories=pd.Index([], dtype=str)
+    )
+    cols["root"] = pd.array(np.asarray(cols["root"], dtype=np.float64), dtype="Int64")  # NaN -> <NA>
+    cols.setdefault("wrong", np.full(n, np.nan))
+    front = [c for c in FRAME_COLUMNS if c in cols]
+    order = [*front, *(c for c in cols if c not in front and c != "line"), "line"]
+    frame = pd.DataFrame({c: cols[c] for c in order})
+    sort = np.lexsort((frame["line"].to_numpy(), frame["run"].to_numpy()))
+    if not np.array_equal(sort, np.arange(n)):
+        frame = frame.iloc[sort].reset_index(drop=True)
+    return frame
 
 
 # ---------------------------------------------------------------- meta, collective, run checks
 
 
 def _meta(sc: Scan) -> dict[str, object]:
-    main = next((r for r in sc.runs if r.rows), sc.runs[0] if sc.runs else None)
-    meta: dict[str, object] = {"runs": len([r for r in sc.runs if r.rows]) or len(sc.runs)}
+    main = next((r for r in sc.runs if r.nrows), sc.runs[0] if sc.runs else None)
+    meta: dict[str, object] = {"runs": len([r for r in sc.runs if r.nrows]) or len(sc.runs)}
     if sc.nccl_version is not None:
         meta["nccl_version"] = sc.nccl_version
     if main is None:
@@ -302,16 +217,27 @@ def _meta(sc: Scan) -> dict[str, object]:
         for key in ("nccl_tests_version", "nccl_headers", "nccl_library"):
             if key in run.info:
                 meta.setdefault(key, run.info[key])
-    devices = [d for r in sc.runs for d in r.devices]
-    if devices:
-        meta["devices"] = devices
-        meta["ranks"] = len({d.get("rank") for d in main.devices}) if main.devices else len(devices)
-        meta["hosts"] = sorted({str(d["host"]) for d in devices if "host" in d})
+    _devices_meta(sc, main, meta)
     if main.schema is not None:
         meta["columns"] = list(main.schema.header)
     if len(sc.runs) > 1:
-        meta["runs_meta"] = [dict(r.info, devices=len(r.devices), rows=len(r.rows)) for r in sc.runs]
+        meta["runs_meta"] = [dict(r.info, devices=len(r.device_lines), rows=r.nrows) for r in sc.runs]
     return meta
+
+
+_HOST = re.compile(r"\bon\s+(\S+)")
+
+
+def _devices_meta(sc: Scan, main: Run, meta: dict[str, object]) -> None:
+    """Devices of the main run (parsed), and the hosts of every run (found in bulk)."""
+    with_devices = main if main.device_lines else next((r for r in sc.runs if r.device_lines), None)
+    if with_devices is None:
+        return
+    devices = with_devices.devices()
+    meta["devices"] = devices
+    meta["ranks"] = len({d.get("rank") for d in devices})
+    every = "\n".join(line for r in sc.runs for line in r.device_lines)
+    meta["hosts"] = sorted(set(_HOST.findall(every)))
 
 
 _PARAM_KEYS = frozenset(
@@ -352,7 +278,12 @@ def _fill_collective(frame: pd.DataFrame, sc: Scan, fallback: str | None) -> Non
         binary = run.info.get("binary")
         per_run[run.index] = collective_of(binary) if isinstance(binary, str) else None
         per_run[run.index] = per_run[run.index] or fallback
-    frame["collective"] = frame["run"].map(per_run).astype("str")
+    names = sorted({c for c in per_run.values() if c is not None})
+    lookup = np.full(len(sc.runs), -1, dtype=np.int16)  # run index -> category code
+    for index, coll in per_run.items():
+        lookup[index] = names.index(coll) if coll is not None else -1
+    codes = lookup[frame["run"].to_numpy()]
+    frame["collective"] = pd.Categorical.from_codes(codes, categories=pd.Index(names, dtype=str))
 
 
 def _independent_runs(sc: Scan) -> int:
@@ -364,11 +295,12 @@ def _independent_runs(sc: Scan) -> int:
     if len(sc.param_lines) < 2:
         return 0
     texts = {text for _, text in sc.param_lines}
-    rank0 = sum(1 for r in sc.runs for d in r.devices if d.get("rank") == 0)
     tags = {tag for tag, _ in sc.param_lines}
     concurrent = sc.interleaved or len(tags) > 1
-    if len(texts) == 1 and concurrent and rank0 >= len(sc.param_lines):
-        return len(sc.param_lines)
+    if len(texts) == 1 and concurrent:
+        rank0 = sum(r.rank0_lines() for r in sc.runs)
+        if rank0 >= len(sc.param_lines):
+            return len(sc.param_lines)
     return 0
 
 
@@ -377,6 +309,7 @@ def _split_independent(frame: pd.DataFrame, sc: Scan, n: int, meta: dict[str, ob
     what = "single-rank" if per_run_ranks == 1 else f"{per_run_ranks}-rank"
     sc.warnings.append(f"repeated headers: {n} independent {what} runs (MPI not built in?)")
     meta["independent_runs"] = n
+    meta["devices"] = [d for run in sc.runs for d in run.devices()]
     if frame["run"].nunique() < n:
         # untagged, interleaved output: the k-th row of a given size belongs to the k-th process
         keys = ["size_bytes", "type", "redop", "placement"]
@@ -400,8 +333,8 @@ def _unfinished(sc: Scan) -> bool:
     """A run that printed rows but never its footer stopped early: flag the result partial."""
     flagged = False
     for run in sc.runs:
-        if run.rows and not run.finished and "nthreads" in run.info:
-            last = run.rows[-1].split()[0]
+        if run.nrows and not run.finished and "nthreads" in run.info:
+            last = run.chunks[-1].text.rsplit("\n", 1)[-1].split()[0]
             sc.warnings.append(
                 f"run {run.index} (line {run.start_line}): no '# Avg bus bandwidth' footer after the "
                 f"last row (size {last} of max {run.info.get('max_bytes')}): truncated or crashed"

@@ -11,6 +11,7 @@ import pandas as pd
 
 from hpckit.results.lines import excerpt, split_lines, strip_prefix
 from hpckit.results.model import ParseError, ParseResult, Value, extract, frame_from_records
+from hpckit.results.training_bulk import bulk_pipe, bulk_tqdm
 from hpckit.results.training_fields import (
     LABELS,
     MEGATRON_LINE,
@@ -58,6 +59,12 @@ def parse_pipe_log(text: str, source: str, kind: str) -> ParseResult:
     """NeMo 2 and Megatron: one `... iteration N/M | label: value | ...` line per logged step."""
     marker = NEMO2_LINE if kind == "nemo2" else MEGATRON_LINE
     steps = Steps(source, kind)
+    bulk = bulk_pipe(text, marker, _snake)
+    if bulk is not None:
+        if kind == "megatron":
+            for _, line in bulk.other_lines:
+                _megatron_extra(steps, strip_prefix(line)[0])
+        return _finish(steps, _dedupe(steps, bulk.frame))
     for lineno, raw in enumerate(split_lines(text), 1):
         if "iteration" not in raw:
             continue
@@ -114,6 +121,9 @@ def _megatron_extra(steps: Steps, line: str) -> None:
 def parse_tqdm_log(text: str, source: str) -> ParseResult:
     """NeMo 1: tqdm refreshes of `Epoch E: ... n/N [t<eta, k=v, ...]`, one row per global step."""
     steps = Steps(source, "nemo1")
+    bulk = bulk_tqdm(text, REDRAW, _snake)
+    if bulk is not None:
+        return _finish(steps, _dedupe(steps, bulk.frame))
     for lineno, raw in enumerate(split_lines(text), 1):
         if "Epoch" not in raw:
             continue
@@ -163,7 +173,26 @@ def _result(steps: Steps, text: str) -> ParseResult:
             "concatenated logs?); kept the last of each"
         )
     _check_last(steps, records)
-    frame = frame_from_records(records, FRONT)
+    return _finish(steps, frame_from_records(records, FRONT))
+
+
+def _dedupe(steps: Steps, frame: pd.DataFrame) -> pd.DataFrame:
+    """Bulk rows in file order -> one row per step, the last logged (as Steps.add does)."""
+    if "consumed_samples" in frame.columns:
+        samples = frame.groupby("step", sort=False)["consumed_samples"]
+        again = frame["step"].duplicated() & (samples.shift() != frame["consumed_samples"])
+        steps.replaced = int(again.sum())
+    frame = frame.drop_duplicates("step", keep="last").sort_values("step", kind="stable")
+    if steps.replaced:
+        steps.warnings.append(
+            f"{steps.replaced} step(s) logged again with different values (restarted run or "
+            "concatenated logs?); kept the last of each"
+        )
+    front = [c for c in FRONT if c in frame.columns]
+    return frame[[*front, *(c for c in frame.columns if c not in front)]].reset_index(drop=True)
+
+
+def _finish(steps: Steps, frame: pd.DataFrame) -> ParseResult:
     frame = frame.drop(columns=["global_step"], errors="ignore")
     if "timestamp" in frame.columns:
         frame["timestamp"] = pd.to_datetime(frame["timestamp"], format="%Y-%m-%d %H:%M:%S", errors="coerce")
