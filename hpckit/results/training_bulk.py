@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from hpckit.results.model import NA_TOKENS, Field
-from hpckit.results.training_fields import LABELS, STEP_MARKER
+from hpckit.results.training_fields import LABELS, STEP_MARKER, TQDM
 
 MIN_LINES = 64  # below this the line-by-line parser is as fast
 Snake = Callable[[str], str]
@@ -46,7 +46,7 @@ def bulk_pipe(text: str, marker: re.Pattern[str], snake: Snake) -> Bulk | None:
         return None
     try:
         cols = _columns([lines[i] for i in step_idx], snake)
-    except (_NoBulk, pa.ArrowException):
+    except (_NoBulk, pa.ArrowException, ValueError, OverflowError):
         return None
     cols["line"] = np.asarray(step_idx, dtype=np.int64) + 1
     return Bulk(pd.DataFrame(cols), other)
@@ -176,49 +176,50 @@ def _convert(f: Field, values: pa.Array, numbers: np.ndarray | None) -> np.ndarr
 
 # ---------------------------------------------------------------- NeMo 1 tqdm
 
-# training_fields.TQDM, in RE2 syntax
-_TQDM_RE2 = r"Epoch\s+(?P<epoch>\d+):.*?(?P<n>\d+)/(?P<total>\d+|\?)\s*\[(?P<postfix>[^\]]*)\]"
-
 
 def bulk_tqdm(text: str, redraw: re.Pattern[str], snake: Snake) -> Bulk | None:
-    """NeMo 1 tqdm refreshes (`Epoch E: ... n/N [t<eta, k=v, ...]`) in bulk, or None."""
-    segments: list[str] = []
+    """NeMo 1 tqdm refreshes (`Epoch E: ... n/N [t<eta, k=v, ...]`) in bulk, or None.
+
+    The progress part is matched with the exact parser's own regex (one C call per refresh); only
+    the `k=v` postfixes, short ASCII text, go through Arrow."""
+    heads: list[tuple[str, str, str]] = []
+    postfixes: list[str] = []
     numbers: list[int] = []
+    search = TQDM.search
     for lineno, raw in enumerate(text.split("\n"), 1):
-        if "Epoch" in raw:
-            # plain carriage returns split in C; the pager forms ("^M", "[A") need the regex
-            pieces = raw.split("\r") if "^M" not in raw and "[A" not in raw else redraw.split(raw)
-            for seg in pieces:
-                if "Epoch" in seg:
-                    segments.append(seg)
-                    numbers.append(lineno)
-    if len(segments) < MIN_LINES:
+        if "Epoch" not in raw:
+            continue
+        # plain carriage returns split in C; the pager forms ("^M", "[A") need the regex
+        pieces = raw.split("\r") if "^M" not in raw and "[A" not in raw else redraw.split(raw)
+        for seg in pieces:
+            m = search(seg) if "Epoch" in seg else None
+            if m is not None:
+                heads.append((m.group("epoch"), m.group("n"), m.group("total")))
+                postfixes.append(m.group("postfix"))
+                numbers.append(lineno)
+    if len(heads) < MIN_LINES:
         return None
     try:
-        cols = _tqdm_columns(segments, numbers, snake)
-    except (_NoBulk, pa.ArrowException):
+        cols = _tqdm_columns(heads, postfixes, snake)
+    except (_NoBulk, pa.ArrowException, ValueError, OverflowError):
         return None
+    cols["line"] = np.asarray(numbers, dtype=np.int64)
     return Bulk(pd.DataFrame(cols), [])
 
 
-def _tqdm_columns(segments: list[str], numbers: list[int], snake: Snake) -> dict[str, np.ndarray]:
-    found = pc.extract_regex(pa.array(segments, type=pa.large_string()), _TQDM_RE2)
-    matched = pc.is_valid(found)
-    if not pc.all(matched).as_py():  # lines the exact parser skips too
-        found = pc.filter(found, matched)
-        numbers = list(np.asarray(numbers)[np.asarray(matched.to_numpy(zero_copy_only=False), dtype=bool)])
-    n = len(found)
-    if n < MIN_LINES:
-        raise _NoBulk("few tqdm lines")
-    total = pc.struct_field(found, [2])
-    if not pc.all(pc.match_substring_regex(total, r"^\d+$")).as_py():
+def _tqdm_columns(
+    heads: list[tuple[str, str, str]], postfixes: list[str], snake: Snake
+) -> dict[str, np.ndarray]:
+    n = len(heads)
+    epoch, batch, total = zip(*heads, strict=True)
+    if not all(t.isdigit() for t in total):
         raise _NoBulk("unknown totals")
     cols: dict[str, np.ndarray] = {
-        "epoch": _ints(pc.struct_field(found, [0])),
-        "batch": _ints(pc.struct_field(found, [1])),
-        "total_steps": _ints(total),
+        "epoch": np.asarray(epoch, dtype=np.int64),
+        "batch": np.asarray(batch, dtype=np.int64),
+        "total_steps": np.asarray(total, dtype=np.int64),
     }
-    pieces = pc.list_flatten(pc.split_pattern(pc.struct_field(found, [3]), pattern=","))
+    pieces = pc.list_flatten(pc.split_pattern(pa.array(postfixes, type=pa.large_string()), pattern=","))
     pairs = pc.filter(pieces, pc.match_substring(pieces, "="))
     if len(pairs) % n:
         raise _NoBulk("postfixes differ")
@@ -232,7 +233,6 @@ def _tqdm_columns(segments: list[str], numbers: list[int], snake: Snake) -> dict
     for j, label in enumerate(first):
         cols.update(_column(label, pc.take(values, pa.array(np.arange(n) * per_line + j)), snake))
     cols["step"] = _tqdm_steps(cols)
-    cols["line"] = np.asarray(numbers, dtype=np.int64)
     return cols
 
 
