@@ -1,0 +1,320 @@
+"""Submit, watch, cancel batch jobs and read their output, through a Transport (here, or on the login node).
+
+Two backends behind one interface: the Slurm command line (the default, always there) and pyslurm
+(hpckit.slurm.pyslurm_backend), used only when it imports and matches the installed Slurm. `Jobs` puts
+the waiting, output fetching and error reporting on top of whichever one is chosen.
+
+Waiting polls `squeue -h -j ID -o %T` at most a second apart (`sbatch --wait` polls at 2, 8, 32 s
+intervals and so reports a 2 s job ~20 s late), then asks accounting (`sacct`) for the final state,
+exit code and nodes, and the controller (`scontrol show job`) when accounting has no final row yet.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+from hpckit.errors import HpckitError
+from hpckit.slurm.jobparse import (
+    FINISHED_QUEUE_STATES,
+    SACCT_FIELDS,
+    JobRecord,
+    TestOnlyEstimate,
+    expand_output_path,
+    parse_delimited,
+    parse_queue_state,
+    parse_scontrol,
+    parse_submit,
+    parse_test_only,
+    record_from_sacct,
+    record_from_scontrol,
+    slurm_error,
+)
+from hpckit.slurm.transport import CommandResult, LocalTransport, Transport
+
+POLL_FIRST_S = 0.05
+POLL_MAX_S = 1.0
+# After a job leaves the queue, accounting may lag the controller by a moment.
+RECORD_GRACE_S = 10.0
+TAIL_LINES = 20
+
+
+class JobError(HpckitError):
+    """A job-layer failure: Slurm refused a command, or a job ended badly."""
+
+
+class JobRejectedError(JobError):
+    """sbatch refused the script; the message is Slurm's own."""
+
+    exit_code = 2
+
+
+class UnknownPartitionError(JobRejectedError):
+    pass
+
+
+class JobFailedError(JobError):
+    """A job ended in a state other than COMPLETED with exit code 0."""
+
+    def __init__(self, record: JobRecord, output_path: str | None, tail: str) -> None:
+        self.record = record
+        self.output_path = output_path
+        self.tail = tail
+        self.exit_code = record.status
+        super().__init__(describe_failure(record, output_path, tail))
+
+
+class JobWaitTimeout(JobError):
+    pass
+
+
+def describe_failure(record: JobRecord, output_path: str | None, tail: str) -> str:
+    where = record.batch_host or (record.nodes[0] if record.nodes else "no node")
+    how = f"exit code {record.exit_code}" + (f", signal {record.signal}" if record.signal else "")
+    text = f"job {record.job_id} {record.state} ({how}) on {where}"
+    if record.reason:
+        text += f": {record.reason}"
+    if output_path and tail.strip():
+        text += f"\nlast lines of {output_path}:\n{tail.rstrip()}"
+    elif output_path:
+        text += f"\n{output_path} is empty or unreadable"
+    return text
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """The controller's view of a job while it still knows it (MinJobAge after the end)."""
+
+    record: JobRecord
+    stdout_path: str
+    stderr_path: str
+    work_dir: str
+
+
+class JobBackend(Protocol):
+    """One way of talking to Slurm. Every method raises JobError (or a subclass) on failure."""
+
+    name: str
+
+    def submit(self, script: str) -> str: ...
+
+    def test_only(self, script: str) -> TestOnlyEstimate: ...
+
+    def queue_state(self, job_id: str) -> str | None: ...
+
+    def accounting(self, job_id: str) -> JobRecord | None: ...
+
+    def info(self, job_id: str) -> JobInfo | None: ...
+
+    def cancel(self, job_id: str) -> None: ...
+
+    def partitions(self) -> list[str]: ...
+
+
+@dataclass
+class CliBackend:
+    """The Slurm command line, machine-readable forms only (--parsable, -h -o, -P, -o)."""
+
+    transport: Transport
+    name: str = "cli"
+
+    def _run(self, *argv: str, stdin: str | None = None, timeout: float = 30.0) -> CommandResult:
+        return self.transport.run(argv, stdin=stdin, timeout=timeout)
+
+    def submit(self, script: str) -> str:
+        done = self._run("sbatch", "--parsable", stdin=script)
+        if not done.ok:
+            raise self._rejection(done, script)
+        return parse_submit(done.stdout)
+
+    def test_only(self, script: str) -> TestOnlyEstimate:
+        done = self._run("sbatch", "--test-only", stdin=script)
+        if not done.ok:
+            raise self._rejection(done, script)
+        return parse_test_only(done.stderr + done.stdout)
+
+    def _rejection(self, done: CommandResult, script: str) -> JobRejectedError:
+        message = slurm_error(done.stderr) or done.describe()
+        if "invalid partition" in message.lower():
+            known = ", ".join(self.partitions()) or "none"
+            asked = _requested_partition(script)
+            return UnknownPartitionError(f"Slurm rejected the job: {message} (asked for {asked}; partitions: {known})")
+        return JobRejectedError(f"Slurm rejected the job: {message}")
+
+    def queue_state(self, job_id: str) -> str | None:
+        done = self._run("squeue", "-h", "-j", job_id, "-o", "%T")
+        if not done.ok:
+            # Once the controller has purged the job, squeue calls the id invalid: it is no longer queued.
+            if "invalid job id" in done.stderr.lower():
+                return None
+            raise JobError(done.describe())
+        return parse_queue_state(done.stdout)
+
+    def accounting(self, job_id: str) -> JobRecord | None:
+        fields = ",".join(SACCT_FIELDS)
+        done = self._run("sacct", "-X", "-n", "-P", "-j", job_id, "-o", fields)
+        if not done.ok:
+            return None  # accounting off or slurmdbd unreachable: the controller still knows the job
+        return record_from_sacct(parse_delimited(done.stdout, SACCT_FIELDS), job_id)
+
+    def info(self, job_id: str) -> JobInfo | None:
+        done = self._run("scontrol", "show", "job", "-o", job_id)
+        if not done.ok:
+            if "invalid job id" in (done.stderr + done.stdout).lower():
+                return None
+            raise JobError(done.describe())
+        records = [r for r in parse_scontrol(done.stdout) if r.get("JobId") == job_id]
+        if not records:
+            return None
+        fields = records[0]
+        return JobInfo(
+            record_from_scontrol(fields),
+            expand_output_path(fields.get("StdOut", ""), fields),
+            expand_output_path(fields.get("StdErr", ""), fields),
+            fields.get("WorkDir", ""),
+        )
+
+    def cancel(self, job_id: str) -> None:
+        done = self._run("scancel", job_id)
+        if not done.ok:
+            raise JobError(f"cannot cancel job {job_id}: {slurm_error(done.stderr) or done.describe()}")
+
+    def partitions(self) -> list[str]:
+        done = self._run("sinfo", "-h", "-o", "%R")
+        return sorted({line.strip() for line in done.stdout.splitlines() if line.strip()}) if done.ok else []
+
+
+def _requested_partition(script: str) -> str:
+    for line in script.splitlines():
+        words = shlex.split(line, comments=False) if line.startswith("#SBATCH") else []
+        for word in words[1:]:
+            if word.startswith(("--partition=", "-p")):
+                return repr(word.split("=", 1)[-1] if "=" in word else word[2:])
+    return "the default partition"
+
+
+def backend_for(transport: Transport, prefer: str = "auto") -> JobBackend:
+    """pyslurm when asked for (or 'auto' and usable here), else the command line.
+
+    pyslurm talks to the local Slurm only, so a remote transport always gets the command line.
+    """
+    if prefer not in ("auto", "cli", "pyslurm"):
+        raise JobError(f"unknown job backend {prefer!r} (auto, cli, pyslurm)")
+    if prefer != "cli" and isinstance(transport, LocalTransport):
+        from hpckit.slurm.pyslurm_backend import PyslurmBackend, pyslurm_unusable
+
+        reason = pyslurm_unusable(transport)
+        if reason is None:
+            return PyslurmBackend(transport)
+        if prefer == "pyslurm":
+            raise JobError(f"the pyslurm backend cannot be used: {reason}")
+    elif prefer == "pyslurm":
+        raise JobError("the pyslurm backend works on the machine running Slurm's clients only, not over SSH")
+    return CliBackend(transport)
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    record: JobRecord
+    output_path: str | None
+    output: str | None
+    seconds: float
+
+
+def poll_intervals(first: float = POLL_FIRST_S, cap: float = POLL_MAX_S) -> Iterator[float]:
+    """0.05, 0.1, 0.2 ... doubling to at most `cap` seconds: quick for short jobs, never slower than 1 Hz."""
+    delay = first
+    while True:
+        yield delay
+        delay = min(delay * 2, cap)
+
+
+@dataclass
+class Jobs:
+    backend: JobBackend
+    transport: Transport
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+
+    @classmethod
+    def on(cls, transport: Transport, prefer: str = "auto") -> Jobs:
+        return cls(backend_for(transport, prefer), transport)
+
+    def submit(self, script: str) -> str:
+        return self.backend.submit(script)
+
+    def test_only(self, script: str) -> TestOnlyEstimate:
+        return self.backend.test_only(script)
+
+    def cancel(self, job_id: str) -> None:
+        self.backend.cancel(job_id)
+
+    def wait(self, job_id: str, timeout: float | None = None) -> JobRecord:
+        """Block until the job has finished; its final record (state, exit code, nodes)."""
+        deadline = None if timeout is None else self.clock() + timeout
+        intervals = poll_intervals()
+        while True:
+            state = self.backend.queue_state(job_id)
+            if state is None or state in FINISHED_QUEUE_STATES:
+                return self._final_record(job_id)
+            self._pause(next(intervals), deadline, f"job {job_id} still {state} after {timeout} s")
+
+    def _final_record(self, job_id: str) -> JobRecord:
+        deadline = self.clock() + RECORD_GRACE_S
+        intervals = poll_intervals()
+        while True:
+            record = self.backend.accounting(job_id)
+            if record is not None and record.finished:
+                return record
+            info = self.backend.info(job_id)
+            if info is not None and info.record.finished:
+                return info.record
+            self._pause(
+                next(intervals),
+                deadline,
+                f"job {job_id} left the queue but neither sacct nor scontrol shows how it ended",
+            )
+
+    def _pause(self, delay: float, deadline: float | None, message: str) -> None:
+        if deadline is not None and self.clock() + delay > deadline:
+            raise JobWaitTimeout(message)
+        self.sleep(delay)
+
+    def read_file(self, path: str, tail_lines: int | None = None) -> str | None:
+        """A file on the cluster (shared filesystem) as the login node sees it; None when it cannot be read."""
+        argv = ["tail", "-n", str(tail_lines), "--", path] if tail_lines else ["cat", "--", path]
+        done = self.transport.run(argv, timeout=60)
+        return done.stdout if done.ok else None
+
+    def output_path(self, job_id: str) -> str | None:
+        info = self.backend.info(job_id)
+        return info.stdout_path if info is not None and info.stdout_path else None
+
+    def run(self, script: str, timeout: float | None = None, *, check: bool = True) -> JobOutcome:
+        """Submit, wait, and fetch the output; JobFailedError (with the log's tail) when `check` and it failed."""
+        start = self.clock()
+        job_id = self.submit(script)
+        return self.follow(job_id, start, timeout, check=check)
+
+    def follow(self, job_id: str, start: float, timeout: float | None, *, check: bool = True) -> JobOutcome:
+        # The output path comes from the controller while the job is fresh; it forgets it MinJobAge after.
+        path = self.output_path(job_id)
+        record = self.wait(job_id, timeout)
+        output = self.read_file(path) if path else None
+        outcome = JobOutcome(record, path, output, self.clock() - start)
+        if check and not record.ok:
+            tail = "\n".join((output or "").splitlines()[-TAIL_LINES:])
+            raise JobFailedError(record, path, tail)
+        return outcome
+
+
+def ensure_dirs(transport: Transport, dirs: tuple[str, ...]) -> None:
+    """Create the directories a job writes into (Slurm does not, and fails the job silently)."""
+    if not dirs:
+        return
+    done = transport.run(["mkdir", "-p", "--", *dirs], timeout=30)
+    if not done.ok:
+        raise JobError(f"cannot create {', '.join(dirs)}: {done.describe()}")
