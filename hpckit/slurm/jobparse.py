@@ -90,7 +90,7 @@ def parse_submit(stdout: str) -> str:
     return job_id
 
 
-_ERROR_LINE = re.compile(r"^(?:sbatch|srun|salloc):\s*error:\s*(?P<msg>.*)$", re.M)
+_ERROR_LINE = re.compile(r"^[a-z_]+:\s*error:\s*(?P<msg>.*)$", re.M)
 
 
 def slurm_error(stderr: str) -> str:

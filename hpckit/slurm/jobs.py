@@ -35,8 +35,9 @@ from hpckit.slurm.jobparse import (
 )
 from hpckit.slurm.transport import CommandResult, LocalTransport, Transport
 
-POLL_FIRST_S = 0.05
+POLL_FIRST_S = 0.1
 POLL_MAX_S = 1.0
+POLL_RAMP_S = 30.0
 # After a job leaves the queue, accounting may lag the controller by a moment.
 RECORD_GRACE_S = 10.0
 TAIL_LINES = 20
@@ -224,12 +225,16 @@ class JobOutcome:
     seconds: float
 
 
-def poll_intervals(first: float = POLL_FIRST_S, cap: float = POLL_MAX_S) -> Iterator[float]:
-    """0.05, 0.1, 0.2 ... doubling to at most `cap` seconds: quick for short jobs, never slower than 1 Hz."""
-    delay = first
+def poll_intervals(first: float = POLL_FIRST_S, cap: float = POLL_MAX_S, ramp: float = POLL_RAMP_S) -> Iterator[float]:
+    """Delays between polls: `first` at the start, growing by 1 s per `ramp` s of waiting, at most `cap`.
+
+    A short job is seen finished within a tenth of a second; a long one costs the controller one query a second.
+    """
+    waited = 0.0
     while True:
+        delay = min(cap, first + waited / ramp)
         yield delay
-        delay = min(delay * 2, cap)
+        waited += delay
 
 
 @dataclass
