@@ -48,7 +48,7 @@ def train(rank: int, steps: int, width: int, device: torch.device) -> tuple[floa
         y = x.sum(dim=1, keepdim=True)
         loss = nn.functional.mse_loss(ddp(x), y)
         optimizer.zero_grad()
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         optimizer.step()
     flat = torch.cat([p.detach().flatten() for p in model.parameters()])
     return loss.item(), flat
