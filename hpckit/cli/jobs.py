@@ -12,7 +12,7 @@ from rich.table import Table
 
 from hpckit.jobs.library import Library, Template
 from hpckit.jobs.params import parse_sets
-from hpckit.jobs.submit import Submitted, render, submit, test_only, transport_for
+from hpckit.jobs.submit import Submitted, check_accepted, render, submit, transport_for
 from hpckit.slurm.jobs import JobOutcome, Jobs, describe_failure
 
 template_arg = click.argument("template")
@@ -97,7 +97,7 @@ def submit_cmd(
     rendered = render(template, parse_sets(sets))
     jobs = Jobs.on(transport_for(cluster), backend)
     if test_only_:
-        estimate = test_only(rendered, jobs)
+        estimate = check_accepted(rendered, jobs)
         text = f"Slurm accepts it: would start at {estimate.start} on {estimate.nodes or '?'}"
         click.echo(json.dumps(estimate.__dict__) if as_json else text)
         return

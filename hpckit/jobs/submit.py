@@ -46,6 +46,6 @@ def submit(
     return Submitted(rendered, job_id, outcome)
 
 
-def test_only(rendered: Rendered, jobs: Jobs) -> TestOnlyEstimate:
+def check_accepted(rendered: Rendered, jobs: Jobs) -> TestOnlyEstimate:
     """`sbatch --test-only`: would Slurm accept the script, and where would it start."""
     return jobs.test_only(rendered.script)

@@ -305,9 +305,9 @@ class Jobs:
         return self.follow(job_id, start, timeout, check=check)
 
     def follow(self, job_id: str, start: float, timeout: float | None, *, check: bool = True) -> JobOutcome:
-        # The output path comes from the controller while the job is fresh; it forgets it MinJobAge after.
-        path = self.output_path(job_id)
         record = self.wait(job_id, timeout)
+        # The controller still knows the job (for MinJobAge, 300 s by default) and so its output path.
+        path = self.output_path(job_id)
         output = self.read_file(path) if path else None
         outcome = JobOutcome(record, path, output, self.clock() - start)
         if check and not record.ok:
