@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -34,7 +36,7 @@ from hpckit.slurm.jobs import (
     poll_intervals,
 )
 from hpckit.slurm.parsers import SlurmParseError
-from hpckit.slurm.transport import CommandResult, LocalTransport
+from hpckit.slurm.transport import CommandResult, LocalTransport, TransportError
 
 DATA = Path(__file__).resolve().parent / "data" / "jobs"
 LAB = DATA / "lab"
@@ -176,6 +178,7 @@ class ScriptedTransport:
     def __init__(self, replies: Mapping[str, Sequence[Reply | Callable[[], Reply]]]) -> None:
         self.replies = {name: list(items) for name, items in replies.items()}
         self.calls: list[tuple[str, ...]] = []
+        self.raw_calls: list[tuple[str, ...]] = []
         self.stdin: list[str | None] = []
 
     def run(
@@ -186,6 +189,10 @@ class ScriptedTransport:
         timeout: float | None = 60.0,
         env: Mapping[str, str] | None = None,
     ) -> CommandResult:
+        self.raw_calls.append(tuple(argv))
+        if tuple(argv[:2]) == ("sh", "-c") and argv[3] == "hpckit-submit":
+            # What the login node's shell does with it: sbatch OPTION, the script on its stdin.
+            argv, stdin = ["sbatch", argv[5]], argv[4]
         self.calls.append(tuple(argv))
         self.stdin.append(stdin)
         queue = self.replies[argv[0]]
@@ -207,8 +214,8 @@ class FakeClock:
         self.now += seconds
 
 
-def jobs_on(transport: ScriptedTransport, clock: FakeClock) -> Jobs:
-    return Jobs(CliBackend(transport), transport, sleep=clock.sleep, clock=clock.time)
+def jobs_on(transport: ScriptedTransport, clock: FakeClock, *, remote: bool = False) -> Jobs:
+    return Jobs(CliBackend(transport, wait_remotely=remote), transport, sleep=clock.sleep, clock=clock.time)
 
 
 SCONTROL_FAILED = (0, lab("scontrol-show-job-o-failed-22.05.8.txt"), "")
@@ -241,6 +248,20 @@ def test_sacct_lag_falls_back_to_scontrol() -> None:
     )
     record = jobs_on(transport, FakeClock()).wait("14")
     assert record.source == "scontrol" and record.state == "FAILED" and record.exit_code == 3
+
+
+def test_the_controller_completes_a_fresh_accounting_record() -> None:
+    """Just after the end, sacct may list one node (it catches up later) and drops a cancel's signal."""
+    transport = ScriptedTransport(
+        {
+            "squeue": [(0, "", "")],
+            "sacct": [(0, lab("sacct-X-n-P-cancelled-22.05.8.txt").replace("node1", "node9"), "")],
+            "scontrol": [(0, lab("scontrol-show-job-o-cancelled-22.05.8.txt"), "")],
+        }
+    )
+    record = jobs_on(transport, FakeClock()).wait("15")
+    assert (record.state, record.source, record.signal, record.status) == ("CANCELLED", "sacct", 15, 143)
+    assert record.nodes == ("node1",) and record.batch_host == "node1"
 
 
 def test_sacct_still_running_then_final() -> None:
@@ -306,6 +327,63 @@ def test_test_only_and_cancel() -> None:
     assert transport.calls[0] == ("sbatch", "--test-only")
     jobs.cancel("5")  # Slurm 22.05's scancel says nothing, and exits 0, even for an unknown id
     assert transport.calls[1] == ("scancel", "5")
+
+
+def test_over_ssh_the_script_travels_as_an_argument() -> None:
+    transport = ScriptedTransport({"sbatch": [(0, "15\n", "")]})
+    script = "#!/bin/bash\n#SBATCH --job-name='a b'\nprintf '%s\\n' \"$x\"\n"
+    assert CliBackend(transport).submit(script) == "15"
+    ((sh, flag, command, name, sent, option),) = transport.raw_calls
+    assert (sh, flag, name, sent, option) == ("sh", "-c", "hpckit-submit", script, "--parsable")
+    piped = subprocess.run(["sh", "-c", command.replace("sbatch", "cat"), name, script, "-"], capture_output=True)
+    assert piped.stdout.decode() == script  # the login node's shell hands sbatch the script byte for byte
+
+
+def test_over_ssh_the_waiting_happens_on_the_login_node() -> None:
+    transport = ScriptedTransport(
+        {"sh": [(0, "", "")], "sacct": [(0, "14|COMPLETED|0:0|node[1-2]\n", "")], "scontrol": [SCONTROL_FAILED]}
+    )
+    assert jobs_on(transport, FakeClock(), remote=True).wait("14", timeout=30).ok
+    (wait_call,) = [c for c in transport.calls if c[0] == "sh"]
+    assert wait_call[-2:] == ("14", "30") and "squeue -h -j" in wait_call[2]
+    assert not any(c[0] == "squeue" for c in transport.calls)  # no poll of its own over SSH
+    timed_out = ScriptedTransport({"sh": [(124, "", "")]})
+    with pytest.raises(JobWaitTimeout, match="still queued or running after 30"):
+        jobs_on(timed_out, FakeClock(), remote=True).wait("14", timeout=30)
+
+
+def _broken_connection() -> Reply:
+    raise TransportError("cannot reach login over SSH: connection reset")
+
+
+def test_a_broken_connection_falls_back_to_polling() -> None:
+    transport = ScriptedTransport(
+        {
+            "sh": [_broken_connection],
+            "squeue": [(0, "", "")],
+            "sacct": [(0, "14|COMPLETED|0:0|node[1-2]\n", "")],
+            "scontrol": [(1, "", lab("squeue-invalid-job-id-22.05.8.txt"))],
+        }
+    )
+    assert jobs_on(transport, FakeClock(), remote=True).wait("14").ok
+
+
+def test_the_login_node_wait_script_polls_squeue(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shell loop itself, with a stand-in squeue that says RUNNING twice (or forever), then nothing."""
+    count = tmp_path / "count"
+    count.write_text("0")
+    stub = tmp_path / "squeue"
+    stub.write_text(
+        f"#!/bin/sh\nn=$(($(cat {count}) + 1)); echo $n > {count}\n"
+        f'[ "$n" -le 2 ] || [ -e {tmp_path}/forever ] && echo RUNNING\nexit 0\n'
+    )
+    stub.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    backend = CliBackend(LocalTransport(), wait_remotely=True)
+    assert backend.wait_on_login("5", 10) is True
+    assert count.read_text().strip() == "3"
+    (tmp_path / "forever").touch()
+    assert backend.wait_on_login("5", 1) is False
 
 
 def test_poll_intervals_are_short_then_capped_at_one_second() -> None:
