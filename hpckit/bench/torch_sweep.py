@@ -159,6 +159,25 @@ def _reduce_scatter(out: torch.Tensor, inp: torch.Tensor) -> None:
     getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)(out, inp)
 
 
+def _all_reduce(t: torch.Tensor) -> None:
+    dist.all_reduce(t)
+
+
+def _broadcast(t: torch.Tensor) -> None:
+    dist.broadcast(t, src=0)
+
+
+def _reduce(t: torch.Tensor) -> None:
+    dist.reduce(t, dst=0)
+
+
+_ROOTED_OR_REDUCE: dict[str, Callable[[torch.Tensor], None]] = {
+    "all_reduce": _all_reduce,
+    "broadcast": _broadcast,
+    "reduce": _reduce,
+}
+
+
 @dataclass
 class Buffers:
     """The send and receive buffers of one placement, and the call that runs the collective on them."""
@@ -183,11 +202,7 @@ def buffers(op: str, count: int, world: World, dtype: torch.dtype, in_place: boo
         send = torch.empty(total, dtype=dtype, device=world.device)
         recv = send if in_place else torch.empty(total, dtype=dtype, device=world.device)
         return Buffers(send, recv, lambda: dist.all_to_all_single(recv, send))
-    single = {
-        "all_reduce": lambda t: dist.all_reduce(t),
-        "broadcast": lambda t: dist.broadcast(t, src=0),
-        "reduce": lambda t: dist.reduce(t, dst=0),
-    }[op]
+    single = _ROOTED_OR_REDUCE[op]
     send = torch.empty(total, dtype=dtype, device=world.device)
     if in_place:
         return Buffers(send, send, lambda: single(send))
@@ -305,11 +320,20 @@ def row(op: str, size: int, count: int, dtype: str, out: Measure, inp: Measure) 
     return f"{size:12d} {count:13d} {dtype:>9} {redop:>7} {root:7d}{_cells(out)}{_cells(inp)}"
 
 
-HEADER = (
-    "#\n"
-    "#                                                               out-of-place                          in-place\n"
-    "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
-    "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)"
+def _header_line(keys: tuple[str, ...], group: tuple[str, ...]) -> str:
+    """One header line, its columns as wide as the rows' (the first character becomes '#')."""
+    key_cells = f"{keys[0]:>12} {keys[1]:>13} {keys[2]:>9} {keys[3]:>7} {keys[4]:>7}"
+    cells = " ".join(f"{c:>{w}}" for c, w in zip(group, (8, 7, 7, 6), strict=True))
+    return ("#" + key_cells[1:] + f" {cells} {cells}").rstrip()
+
+
+HEADER = "\n".join(
+    [
+        "#",
+        "#" + " " * 61 + "out-of-place" + " " * 20 + "in-place",
+        _header_line(("size", "count", "type", "redop", "root"), ("time", "algbw", "busbw", "#wrong")),
+        _header_line(("(B)", "(elements)", "", "", ""), ("(us)", "(GB/s)", "(GB/s)", "")),
+    ]
 )
 
 
@@ -323,6 +347,13 @@ def device_name(world: World) -> tuple[str, str]:
     return bus, str(props.name)
 
 
+def _rank_info(info: object) -> tuple[str, int, int, str, str]:
+    if not isinstance(info, tuple) or len(info) != 5:
+        raise RuntimeError(f"a rank sent {info!r} instead of its host and device")
+    host, pid, local, bus, name = info
+    return str(host), int(pid), int(local), str(bus), str(name)
+
+
 def preamble(op: str, args: argparse.Namespace, world: World) -> list[str]:
     """The header lines rank 0 prints: hpckit's own `# hpckit:` lines, then nccl-tests' header."""
     here = (socket.gethostname(), os.getpid(), world.local_rank, *device_name(world))
@@ -333,7 +364,8 @@ def preamble(op: str, args: argparse.Namespace, world: World) -> list[str]:
         f"# hpckit: torch {torch.__version__}, {world.size} ranks",
     ]
     if world.backend == "nccl":
-        lines.append("# hpckit: NCCL version " + ".".join(map(str, torch.cuda.nccl.version())))
+        version = torch.cuda.nccl.version()  # type: ignore[no-untyped-call]
+        lines.append("# hpckit: NCCL version " + ".".join(map(str, version)))
     lines += [f"# hpckit: env {key}={os.environ.get(key, '')}" for key in ENV_KEYS]
     lines.append(
         f"# nThread 1 nGpus 1 minBytes {args.minbytes} maxBytes {args.maxbytes} step: {args.stepfactor}(factor)"
@@ -341,7 +373,7 @@ def preamble(op: str, args: argparse.Namespace, world: World) -> list[str]:
     )
     lines += ["#", "# Using devices"]
     for rank, info in enumerate(everyone):
-        host, pid, local, bus, name = info  # type: ignore[misc]
+        host, pid, local, bus, name = _rank_info(info)
         lines.append(f"#  Rank {rank:2d} Group  0 Pid {pid:6d} on {host:>10} device {local:2d} [{bus}] {name}")
     return lines
 
