@@ -115,8 +115,9 @@ def template_values(backend: Backend, sweep: Sweep, place: JobPlace) -> tuple[st
         "check": int(sweep.check),
         "op": sweep.bench.op,
         "container": place.container,
+        "env": sweep.env,
     }
     if backend == "nccl-tests":
         return TEMPLATES[backend], {**common, "bin_dir": place.nccl_tests_dir, "exclusive": True}
-    torch: dict[str, ParamValue] = {"python": place.python, "program": place.program, "env": sweep.env}
+    torch: dict[str, ParamValue] = {"python": place.python, "program": place.program}
     return TEMPLATES[backend], {**common, **torch}

@@ -51,7 +51,7 @@ class Followed:
 
 
 def last_row(tail: str | None) -> tuple[int, float] | None:
-    """(size, in-place busbw) of the last table row in an output tail."""
+    """(size, out-of-place busbw) of the last table row in an output tail."""
     rows = _ROW.findall(tail or "")
     if not rows:
         return None

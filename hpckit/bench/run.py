@@ -34,7 +34,7 @@ from hpckit.jobs.submit import render, submit
 from hpckit.results import ParseError, ParseResult, parse_text, peak_busbw
 from hpckit.slurm.client import SlurmClient
 from hpckit.slurm.jobparse import JobRecord
-from hpckit.slurm.jobs import Jobs, describe_failure
+from hpckit.slurm.jobs import Jobs
 from hpckit.slurm.transport import Transport
 
 PROGRAM = Path(__file__).resolve().parent / "torch_sweep.py"
@@ -235,7 +235,10 @@ def _wrong(parsed: ParseResult | None) -> int:
 
 def _failure(record: JobRecord, nodes: tuple[str, ...], lost_nodes: tuple[str, ...], output: str, path: str) -> str:
     where = ", ".join(nodes) or "an unknown node"
-    text = f"benchmark job failed on {where}: " + describe_failure(record, None, "")
+    how = f"exit code {record.exit_code}" + (f", signal {record.signal}" if record.signal else "")
+    text = f"benchmark job {record.job_id} failed on {where} ({record.state}, {how})"
+    if record.reason and record.reason != "None":
+        text += f": {record.reason}"
     if lost_nodes:
         text += f"\nSlurm marked {', '.join(lost_nodes)} down or not responding while the job ran"
     errors = srun_errors(output)
