@@ -12,6 +12,8 @@ per placement. Sizes, counts and bus bandwidth factors follow nccl-tests (doc/PE
 all_reduce 2(n-1)/n; all_gather, reduce_scatter, alltoall (n-1)/n; broadcast, reduce 1.
 torch has no out-of-place all_reduce, broadcast or reduce: their out-of-place column copies the input
 into the output buffer and runs the collective there, which is what the result being elsewhere costs.
+Its all-to-all cannot work in place: the in-place column exchanges through a scratch buffer and
+copies the result back.
 
 Standalone on purpose (the standard library and torch only): it is copied to a shared filesystem and
 run by whatever Python on the nodes has torch. Exit status: 0 ok, 3 some values were wrong, 1 error.
@@ -187,6 +189,21 @@ class Buffers:
     call: Callable[[], None]
 
 
+def _alltoall(total: int, world: World, dtype: torch.dtype, in_place: bool) -> Buffers:
+    send = torch.empty(total, dtype=dtype, device=world.device)
+    scratch = torch.empty(total, dtype=dtype, device=world.device)
+    if not in_place:
+        return Buffers(send, scratch, lambda: dist.all_to_all_single(scratch, send))
+
+    # torch's all_to_all_single gives wrong results when both buffers are one: an in-place
+    # all-to-all needs a scratch buffer anyway, so exchange through one and copy back
+    def through_scratch() -> None:
+        dist.all_to_all_single(scratch, send)
+        send.copy_(scratch)
+
+    return Buffers(send, send, through_scratch)
+
+
 def buffers(op: str, count: int, world: World, dtype: torch.dtype, in_place: bool) -> Buffers:
     n, r = world.size, world.rank
     total = count * n if op in PER_RANK else count
@@ -199,9 +216,7 @@ def buffers(op: str, count: int, world: World, dtype: torch.dtype, in_place: boo
         recv = send[r * count : (r + 1) * count] if in_place else torch.empty(count, dtype=dtype, device=world.device)
         return Buffers(send, recv, lambda: _reduce_scatter(recv, send))
     if op == "alltoall":
-        send = torch.empty(total, dtype=dtype, device=world.device)
-        recv = send if in_place else torch.empty(total, dtype=dtype, device=world.device)
-        return Buffers(send, recv, lambda: dist.all_to_all_single(recv, send))
+        return _alltoall(total, world, dtype, in_place)
     single = _ROOTED_OR_REDUCE[op]
     send = torch.empty(total, dtype=dtype, device=world.device)
     if in_place:
