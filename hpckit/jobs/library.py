@@ -112,8 +112,10 @@ class Library:
 
     def get(self, name: str) -> Template:
         """A template by name, or by the path of a `.sbatch.j2` file (its folder joins the search path)."""
-        if name.endswith(SUFFIX) and os.sep in name:
-            return _from_file(Path(name))
+        if name.endswith(SUFFIX):
+            if Path(name).is_file():
+                return _from_file(Path(name))
+            name = Path(name).name.removesuffix(SUFFIX)
         if name not in self.names:
             known = ", ".join(self.names) or "none"
             raise InputError(f"no sbatch template {name!r}{suggest(name, self.names)} (templates: {known})")
@@ -165,8 +167,6 @@ class Library:
 
 
 def _from_file(path: Path) -> Template:
-    if not path.is_file():
-        raise InputError(f"{path}: no such template file")
     library = Library([path.resolve().parent, *search_path()])
     return library.get(path.name.removesuffix(SUFFIX))
 
