@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.labutil import REPO, Cluster, CliRun, needs_lab
+from tests.labutil import REPO, CliRun, Cluster, needs_lab
 
 pytestmark = [pytest.mark.lab, needs_lab()]
 
