@@ -81,6 +81,7 @@ def test_allreduce_on_four_nodes_then_against_its_history(cluster: Cluster, benc
     assert "median of 1 earlier run" in result["history"]["message"]
     assert result["history"]["median_gbps"] == pytest.approx(json.loads(first_json(tmp_path))["peak_busbw_gbps"])
     assert result["verdict"]["status"] == "below" and "below expectation" in second.stderr
+    assert [f.split(":")[0] for f in result["failures"]] == ["below expectation"]
     assert result["hosts"] == ["node1", "node2", "node3", "node4"] and result["wrong"] == 0
     assert result["backend"] == "torch" and result["settings"]["torch.distributed"] == "gloo"
     assert len(result["rows"]) == 2 * 15 and Path(result["files"]["png"]).stat().st_size > 10_000
@@ -93,7 +94,7 @@ def first_json(out: Path) -> str:
 def test_losing_a_node_mid_run_fails_within_30_s_naming_it(cluster: Cluster, bench_dir: str, tmp_path: Path) -> None:
     from hpckit.lab.provider import lab_exec
 
-    argv = _argv(cluster, bench_dir, tmp_path, "allreduce", "-N", "4", "--no-history")
+    argv = _argv(cluster, bench_dir, tmp_path, "allreduce", "-N", "4", "--no-history", "--json")
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(cluster))
     try:
         _wait_for_rows(proc)
@@ -109,6 +110,7 @@ def test_losing_a_node_mid_run_fails_within_30_s_naming_it(cluster: Cluster, ben
     assert proc.returncode == 1, stdout + stderr
     assert f"failed on {VICTIM}" in stderr, stderr
     assert f"srun: error: {VICTIM}: task" in stderr
+    assert json.loads(stdout)["failed_nodes"] == [VICTIM]
     assert took < 30, f"took {took:.1f} s after the kill"
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from hpckit.bench.registry import get
+from hpckit.bench.registry import BENCHMARKS, get
 from hpckit.bench.torch_sweep import BUSBW_FACTORS, counts, parse_size, sizes
 from hpckit.results import parse_file, parse_text, peak_busbw
 
@@ -123,6 +123,16 @@ def test_a_killed_run_has_no_table() -> None:
 
     with pytest.raises(ParseError, match="no nccl-tests output"):
         parse_file(DATA / "lab-torch-allreduce-node3-killed.out", "nccl-tests")
+
+
+def test_registry_factors_match_the_program_and_nccl_tests() -> None:
+    for n in (2, 3, 8, 16):
+        assert get("allreduce").factor(n) == pytest.approx(2 * (n - 1) / n)
+        for name in ("allgather", "reducescatter", "alltoall"):
+            assert get(name).factor(n) == pytest.approx((n - 1) / n)
+        assert get("broadcast").factor(n) == get("reduce").factor(n) == 1.0
+        for bench in BENCHMARKS.values():
+            assert BUSBW_FACTORS[bench.op](n) == pytest.approx(bench.factor(n)), bench.op
 
 
 def test_sizes_match_nccl_tests() -> None:

@@ -13,7 +13,7 @@ from hpckit.bench.cluster import load_facts
 from hpckit.bench.follow import Progress
 from hpckit.bench.output import save, summary, table_text
 from hpckit.bench.registry import BENCHMARKS, Benchmark
-from hpckit.bench.run import BenchRequest, BenchResult, Context, run_bench
+from hpckit.bench.run import BenchJobFailed, BenchRequest, BenchResult, Context, run_bench
 from hpckit.jobs.submit import transport_for
 from hpckit.results.report import human_bytes
 
@@ -162,14 +162,20 @@ def _run(bench: Benchmark, o: Options) -> None:
         report=(lambda _: None) if quiet else _progress,
         warn=lambda text: click.echo(f"hpckit: warning: {text}", err=True),
     )
-    result = run_bench(req, ctx)
+    try:
+        result = run_bench(req, ctx)
+    except BenchJobFailed as exc:
+        if o.flag("as_json"):  # CI reads stdout: say what failed there too
+            failed = {"job_id": exc.job_id, "failed_nodes": list(exc.nodes), "failures": [str(exc)]}
+            click.echo(json.dumps(failed))
+        raise
     out_dir = o.values.get("out_dir")
     files = save(result, out_dir if isinstance(out_dir, Path) else Path("hpckit-bench"))
+    failures = _failures(result, o.flag("strict"))
     if o.flag("as_json"):
-        click.echo(json.dumps(summary(result, files), default=str))
+        click.echo(json.dumps({**summary(result, files), "failures": failures}, default=str))
     else:
         _print(result, files)
-    failures = _failures(result, o.flag("strict"))
     for failure in failures:
         click.echo(f"hpckit: error: {failure}", err=True)
     if failures:
