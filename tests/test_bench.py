@@ -13,7 +13,7 @@ import pytest
 from hpckit.bench import files as files_mod
 from hpckit.bench import settings
 from hpckit.bench.backend import JobPlace, Sweep, choose_backend, parse_size, template_values
-from hpckit.bench.cluster import facts_from_blueprint
+from hpckit.bench.cluster import default_cluster, facts_from_blueprint
 from hpckit.bench.expect import (
     Expectation,
     Fabric,
@@ -385,3 +385,16 @@ def test_follow_gives_up_on_a_node_slurm_lost() -> None:
     fake = FakeSlurm(["RUNNING"], [ok, ok.replace("node3|allocated|", "node3|allocated*|")], failed)
     followed = _follow(fake, [])
     assert followed.lost_nodes == ("node3",) and fake.cancelled == ["7"]  # type: ignore[attr-defined]
+
+
+def test_default_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HPCKIT_CLUSTER", raising=False)
+    assert default_cluster(tmp_path) is None
+    for name in ("alpha", "beta"):
+        (tmp_path / "clusters" / name / "current").mkdir(parents=True)
+    (tmp_path / "clusters" / "alpha" / "current" / "access.json").write_text("{}")
+    assert default_cluster(tmp_path) == "alpha"  # beta never finished deploying
+    (tmp_path / "clusters" / "beta" / "current" / "access.json").write_text("{}")
+    assert default_cluster(tmp_path) is None  # two: the user must say which
+    monkeypatch.setenv("HPCKIT_CLUSTER", "beta")
+    assert default_cluster(tmp_path) == "beta"

@@ -38,12 +38,14 @@ VICTIM = "node3"
 
 
 def _argv(cluster: Cluster, bench_dir: str, out: Path, *args: str) -> list[str]:
-    where = ["--cluster", cluster.name, "--bench-dir", bench_dir, "--out", str(out)]
+    where = ["--bench-dir", bench_dir, "--out", str(out)]
     return [sys.executable, "-c", _BOOT, "bench", *args, *where]
 
 
 def _env(cluster: Cluster) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(REPO), "HPCKIT_STATE": str(cluster.state)}
+    """No --cluster: the state folder holds this one cluster, which the bench then picks by itself."""
+    env = {k: v for k, v in os.environ.items() if k != "HPCKIT_CLUSTER"}
+    return {**env, "PYTHONPATH": str(REPO), "HPCKIT_STATE": str(cluster.state)}
 
 
 def bench(cluster: Cluster, bench_dir: str, out: Path, *args: str) -> CliRun:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,3 +83,15 @@ def load_facts(cluster: str | None, partition: str | None, state: Path | None = 
     if cluster is None:
         return ClusterFacts(partition=partition)
     return facts_from_blueprint(load_blueprint(cluster, state), partition)
+
+
+def default_cluster(state: Path | None = None) -> str | None:
+    """The cluster to bench when none is named: $HPCKIT_CLUSTER, else the only one deployed from here.
+
+    None (Slurm on this machine) when there is no record, or more than one to choose from.
+    """
+    if named := os.environ.get("HPCKIT_CLUSTER"):
+        return named
+    root = (state or state_root()) / "clusters"
+    recorded = sorted(p.parent.parent.name for p in root.glob("*/current/access.json"))
+    return recorded[0] if len(recorded) == 1 else None

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from hpckit.bench.backend import BACKENDS
-from hpckit.bench.cluster import load_facts
+from hpckit.bench.cluster import default_cluster, load_facts
 from hpckit.bench.follow import Progress
 from hpckit.bench.output import save, summary, table_text
 from hpckit.bench.registry import BENCHMARKS, Benchmark
@@ -63,7 +63,11 @@ def _options(func: click.decorators.FC) -> click.decorators.FC:
         click.option("--expect", type=click.FloatRange(min=0), help="expected peak busbw, GB/s (overrides the table)"),
         click.option("--strict", is_flag=True, help="exit 1 when below the expectation or the history"),
         click.option("--env", "env", multiple=True, metavar="NAME=VALUE", help="setting for every task (repeatable)"),
-        click.option("--cluster", help="a cluster deployed by hpckit (default: Slurm on this machine)"),
+        click.option(
+            "--cluster",
+            help="a cluster deployed by hpckit (default: $HPCKIT_CLUSTER, else the only one deployed from here, "
+            "else Slurm on this machine)",
+        ),
         click.option("--python", help="Python with torch on the nodes (torch backend)"),
         click.option("--container", default="", help="pyxis image to run in"),
         click.option("--nccl-tests-dir", help="directory of the nccl-tests *_perf binaries"),
@@ -153,7 +157,7 @@ def _request(bench: Benchmark, o: Options) -> BenchRequest:
 
 def _run(bench: Benchmark, o: Options) -> None:
     req = _request(bench, o)
-    cluster = o.text("cluster")
+    cluster = o.text("cluster") or default_cluster()
     facts = load_facts(cluster, req.partition)
     quiet = o.flag("quiet")
     ctx = Context(
