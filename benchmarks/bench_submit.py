@@ -35,6 +35,7 @@ from hpckit.slurm.transport import Transport  # noqa: E402
 from tests.jobutil import hpckit_jobs  # noqa: E402
 from tests.labutil import Cluster, lab_blueprint  # noqa: E402
 
+LOGS = "/shared/hpckit-bench"  # the lab's shared filesystem, gone with the lab
 JOBS = {"trivial (srun true)": "true", "2 s (srun sleep 2)": "sleep 2"}
 # Times a command on the login node itself, so SSH's own latency stays out of the numbers.
 TIMER = 't0=$(date +%s%N); "$@" >/dev/null 2>&1; rc=$?; t1=$(date +%s%N); echo "$rc $(( (t1 - t0) / 1000000 ))"'
@@ -67,8 +68,8 @@ def from_here(cluster: str, state: Path, args: tuple[str, ...]) -> float:
 def measure(
     login: Transport, cluster: str, state: Path, login_hpckit: str, command: str, runs: int
 ) -> dict[str, list[float]]:
-    sets = ("-s", "nodes=4", "-s", f"command={command}", "-s", "time=5", "-s", "log_dir=/shared/hpckit-bench")
-    script = Library().get("run").render({"nodes": "4", "command": command, "time": "5"}).script
+    sets = ("-s", "nodes=4", "-s", f"command={command}", "-s", "time=5", "-s", f"log_dir={LOGS}")
+    script = Library().get("run").render({"nodes": "4", "command": command, "time": "5", "log_dir": LOGS}).script
     hpckit = [*shlex.split(login_hpckit), "submit", "run", *sets, "--wait"]
     sbatch = ["sh", "-c", 'printf "%s" "$1" | sbatch --wait', "sbatch-wait", script]
     times: dict[str, list[float]] = {"hpckit on the login node": [], "sbatch --wait": [], "hpckit --cluster": []}
@@ -95,6 +96,7 @@ def table(results: dict[str, dict[str, list[float]]]) -> tuple[list[str], list[s
 
 def run(cluster: str, state: Path, login_hpckit: str, runs: int) -> str:
     login = login_transport(cluster, state)
+    login.run(["mkdir", "-p", LOGS])
     startup = statistics.median(on_login(login, [*shlex.split(login_hpckit), "--version"]) for _ in range(runs))
     results = {job: measure(login, cluster, state, login_hpckit, cmd, runs) for job, cmd in JOBS.items()}
     rows, checks = table(results)
