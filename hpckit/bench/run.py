@@ -8,7 +8,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hpckit.bench import settings as settings_mod
@@ -201,7 +201,7 @@ def run_bench(req: BenchRequest, ctx: Context) -> BenchResult:
     p = plan(req, ctx)
     place = p.place
     if p.backend == "torch":
-        place = JobPlace(**{**place.__dict__, "program": stage_program(ctx.files, p.bench_dir)})
+        place = replace(place, program=stage_program(ctx.files, p.bench_dir))
     template, values = template_values(p.backend, p.sweep, place)
     rendered = render(template, values)
     start = time.monotonic()
