@@ -83,7 +83,9 @@ def test_allreduce_on_four_nodes_then_against_its_history(cluster: Cluster, benc
     assert "median of 1 earlier run" in result["history"]["message"]
     assert result["history"]["median_gbps"] == pytest.approx(json.loads(first_json(tmp_path))["peak_busbw_gbps"])
     assert result["verdict"]["status"] == "below" and "below expectation" in second.stderr
-    assert [f.split(":")[0] for f in result["failures"]] == ["below expectation"]
+    # A busy box can also make the second run slower than the first: history may add its own failure.
+    kinds = [f.split(":")[0] for f in result["failures"]]
+    assert kinds[0] == "below expectation" and set(kinds) <= {"below expectation", "below this cluster's history"}
     assert result["hosts"] == ["node1", "node2", "node3", "node4"] and result["wrong"] == 0
     assert result["backend"] == "torch" and result["settings"]["torch.distributed"] == "gloo"
     assert len(result["rows"]) == 2 * 15 and Path(result["files"]["png"]).stat().st_size > 10_000
