@@ -138,3 +138,8 @@ def test_var_cycle_is_reported() -> None:
 def test_unreadable_file(tmp_path: Path) -> None:
     with pytest.raises(BlueprintError, match="cannot read"):
         load_blueprint(tmp_path / "nope.yaml")
+
+
+def test_a_non_text_host_is_a_type_error_not_a_crash() -> None:
+    found = problems(GOOD.replace("controller: {host: ctl,", "controller: {host: [],"))
+    assert any("controller.host" in p and "valid string" in p for p in found), found

@@ -81,7 +81,7 @@ class _Checker:
 
     def _service_hosts(self, compute: dict[str, Path_]) -> None:
         ctl = self.data.get("controller")
-        if isinstance(ctl, dict) and ctl.get("host") in compute:
+        if isinstance(ctl, dict) and isinstance(ctl.get("host"), str) and ctl["host"] in compute:
             host = ctl["host"]
             self.add(("controller", "host"), f"controller {host!r} is also a compute node in {_fmt(compute[host])}")
 
