@@ -47,9 +47,7 @@ class IbFabric:
     nodes: Mapping[str, IbNode]
     links: tuple[IbLink, ...]
     generated: str | None = None  # the "# Topology file: generated on ..." date
-    _neighbours: Mapping[str, tuple[tuple[int, str, int, IbLink], ...]] = field(
-        init=False, repr=False, compare=False
-    )
+    _neighbours: Mapping[str, tuple[tuple[int, str, int, IbLink], ...]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # Indexed once: topology building asks for every switch's neighbours.
@@ -172,9 +170,7 @@ def _remember_peer(builder: _Builder, peer: str, described: re.Match[str] | None
     if described is None:
         builder.seen[peer] = IbNode(peer, kind, guid, "")
     else:
-        builder.seen[peer] = IbNode(
-            peer, kind, guid, described.group("desc"), None, int(described.group("lid"))
-        )
+        builder.seen[peer] = IbNode(peer, kind, guid, described.group("desc"), None, int(described.group("lid")))
 
 
 def _guid_from_id(node_id: str, source: str, number: int) -> str:

@@ -129,9 +129,7 @@ def parse_query_q(text: str, source: str = SOURCE) -> list[GpuInfo]:
     cuda = reader.text(header.child("CUDA Version"))
     attached = reader.integer(header.child("Attached GPUs"), "Attached GPUs")
     complete = attached is None or attached == len(report.gpus)
-    return [
-        _gpu(reader, gpu, index if complete else None, driver, cuda) for index, gpu in enumerate(report.gpus)
-    ]
+    return [_gpu(reader, gpu, index if complete else None, driver, cuda) for index, gpu in enumerate(report.gpus)]
 
 
 class _Reader:
@@ -252,9 +250,7 @@ def _ecc_counts(reader: _Reader, section: Entry | None) -> EccCounts | None:
         sram_uncorrectable=sram_u,
         dram_correctable=dram_c,
         dram_uncorrectable=dram_u,
-        sram_threshold_exceeded=reader.flag(
-            section.child("SRAM Threshold Exceeded"), "SRAM Threshold Exceeded"
-        ),
+        sram_threshold_exceeded=reader.flag(section.child("SRAM Threshold Exceeded"), "SRAM Threshold Exceeded"),
     )
 
 
@@ -305,9 +301,7 @@ def _remapped_rows(reader: _Reader, section: Entry | None) -> RemappedRows | Non
     buckets = histogram.children if histogram else []
     return RemappedRows(
         correctable=reader.integer(section.child("Correctable Error"), "Remapped Rows Correctable Error"),
-        uncorrectable=reader.integer(
-            section.child("Uncorrectable Error"), "Remapped Rows Uncorrectable Error"
-        ),
+        uncorrectable=reader.integer(section.child("Uncorrectable Error"), "Remapped Rows Uncorrectable Error"),
         pending=reader.flag(section.child("Pending"), "Remapped Rows Pending"),
         failure=reader.flag(section.child("Remapping Failure Occurred"), "Remapping Failure Occurred"),
         histogram={

@@ -120,9 +120,7 @@ def _link_cells(devices: list[str], cells: list[str], number: int, source: str) 
     return dict(zip(devices, cells, strict=True))
 
 
-def _affinity(
-    label: str, index: int, names: list[str], cells: list[str], number: int, source: str
-) -> GpuAffinity:
+def _affinity(label: str, index: int, names: list[str], cells: list[str], number: int, source: str) -> GpuAffinity:
     values = _assign(names, cells)
     cpu = values.get("CPU Affinity")
     numa = values.get("NUMA Affinity")

@@ -77,9 +77,7 @@ def build_report(text: str, source: str) -> Report:
             stack = _top_level(content, number, source, header, gpus)
             continue
         if len(stack) < 2:
-            raise HwParseError(
-                source, number, f"indented line outside any 'GPU <bus id>' section: {content!r}"
-            )
+            raise HwParseError(source, number, f"indented line outside any 'GPU <bus id>' section: {content!r}")
         while stack[-1][0] >= indent:
             stack.pop()
         entry = _entry(content, number)
@@ -88,9 +86,7 @@ def build_report(text: str, source: str) -> Report:
     return Report(header, gpus)
 
 
-def _top_level(
-    content: str, number: int, source: str, header: Entry, gpus: list[Entry]
-) -> list[tuple[int, Entry]]:
+def _top_level(content: str, number: int, source: str, header: Entry, gpus: list[Entry]) -> list[tuple[int, Entry]]:
     """Handle a line in column 0; return the new indentation stack."""
     gpu = _GPU_HEADER.match(content)
     if gpu is not None:
@@ -101,9 +97,7 @@ def _top_level(
         raise HwParseError(source, number, f"nvidia-smi reported a failure: {content}")
     entry = _entry(content, number)
     if entry.value is None and _SECTION.match(content) is None:
-        raise HwParseError(
-            source, number, f"unexpected line {content!r} (not 'key : value', not 'GPU <bus id>')"
-        )
+        raise HwParseError(source, number, f"unexpected line {content!r} (not 'key : value', not 'GPU <bus id>')")
     header.children.append(entry)
     # Newer drivers print a few top-level sections (vGPU driver capability) before the GPUs.
     return [(-1, header), (0, entry)] if entry.value is None else [(-1, header)]

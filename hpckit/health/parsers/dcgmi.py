@@ -122,9 +122,7 @@ class _Table:
             self.message_rows.clear()
             return
         test = self.tests[-1]
-        messages = tuple(
-            DcgmMessage(kind, gpu, "".join(parts).strip()) for kind, gpu, parts in self.message_rows
-        )
+        messages = tuple(DcgmMessage(kind, gpu, "".join(parts).strip()) for kind, gpu, parts in self.message_rows)
         self.tests[-1] = replace(test, messages=test.messages + messages)
         self.message_rows.clear()
 
@@ -214,9 +212,7 @@ def _add_result(test: DcgmTest, text: str, number: int, source: str, first: bool
     gpus = [int(g) for g in re.findall(r"\d+", match.group("gpus") or "")]
     results = {**test.gpu_results, **dict.fromkeys(gpus, outcome)}
     overall = outcome if first else _worst([test.result, outcome])
-    return replace(
-        test, result=overall, all_gpus=test.all_gpus or bool(match.group("all")), gpu_results=results
-    )
+    return replace(test, result=overall, all_gpus=test.all_gpus or bool(match.group("all")), gpu_results=results)
 
 
 _SEVERITY: dict[Outcome, int] = {"Fail": 4, "Warn": 3, "Pass": 2, "Skip": 1, "Not Run": 0}

@@ -97,9 +97,7 @@ def _ibstat_line(ca: IbCa, line: str, number: int, source: str) -> IbCa:
         raise HwParseError(source, number, f"expected 'key: value', got {line!r}")
     key, value = match.group("key").casefold(), match.group("value").strip()
     if ca.ports:  # every line after the first "Port N:" belongs to the last port
-        return replace(
-            ca, ports=(*ca.ports[:-1], _ibstat_port_field(ca.ports[-1], key, value, number, source))
-        )
+        return replace(ca, ports=(*ca.ports[:-1], _ibstat_port_field(ca.ports[-1], key, value, number, source)))
     return _ibstat_ca_field(ca, key, value, number, source)
 
 
@@ -159,9 +157,7 @@ def parse_ibstatus(text: str, source: str = "ibstatus") -> list[IbPort]:
         match = _KEY_VALUE.match(line)
         if not ports or match is None:
             raise HwParseError(source, number, f"unexpected line {line!r}")
-        ports[-1] = _status_field(
-            ports[-1], match.group("key").casefold(), match.group("value"), number, source
-        )
+        ports[-1] = _status_field(ports[-1], match.group("key").casefold(), match.group("value"), number, source)
     if not ports:
         raise HwParseError(source, None, "no \"Infiniband device '<ca>' port <n> status:\" block found")
     return ports
@@ -227,9 +223,7 @@ def _sysfs_port(ca: str, port_dir: Path) -> IbPort:
     for name in (*_SYSFS_FILES, "gids/0"):
         text = _read_optional(port_dir / name)
         if text is not None:
-            port = _status_field(
-                port, "default gid" if name == "gids/0" else name, text, None, str(port_dir / name)
-            )
+            port = _status_field(port, "default gid" if name == "gids/0" else name, text, None, str(port_dir / name))
     return replace(port, counters=_counters(port_dir / "counters"))
 
 

@@ -120,9 +120,7 @@ XID_CLASSES: dict[int, XidClass] = {
         "drain and reset the GPU to apply the retirement",
         "RESET_GPU",
     ),
-    157: _c(
-        "Resource Retirement Failure", "hardware", "retirement failed: drain and replace the GPU", "IGNORE"
-    ),
+    157: _c("Resource Retirement Failure", "hardware", "retirement failed: drain and replace the GPU", "IGNORE"),
     158: _c("GPU Fatal Timeout", "hardware", _DRAIN_RESET, "RESET_GPU"),
 }
 
