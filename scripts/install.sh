@@ -31,4 +31,6 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[dev]'
+# torch runs the lab's CPU (gloo) training and benchmark jobs; 2.13.0 is the CPU build this image carries.
+.venv/bin/python -m pip install -q torch==2.13.0
 echo "hpckit installed: $(.venv/bin/hpckit --version)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -9,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+IGNORED = (".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache")
+IGNORED += (".hypothesis",)
 PROBE = """
 from hpckit.paths import ansible_dir, templates_dir
 import hpckit, sys
@@ -28,8 +31,11 @@ def _files(root: Path) -> set[str]:
 @pytest.mark.slow
 def test_wheel_installs_and_resolves_assets(repo: Path, tmp_path: Path) -> None:
     dist = tmp_path / "dist"
+    # Build from a clean copy: a stale build/ folder in a working checkout would leak old files into the wheel.
+    src = tmp_path / "src"
+    shutil.copytree(repo, src, ignore=shutil.ignore_patterns(*IGNORED))
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(repo)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(src)],
         check=True,
         cwd=tmp_path,
     )

@@ -58,7 +58,8 @@ class LabProvider(Strict):
 
     type: Literal["lab"]
     subnet: str = Field("10.77.0.0/24", description="bridge subnet; the host side takes the first address")
-    bridge: str = Field("hpck0", pattern=r"^[A-Za-z0-9_-]{1,15}$")
+    # Node links are named <bridge>v<N>; Linux caps interface names at 15 characters.
+    bridge: str = Field("hpck0", pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,8}$", description="at most 9 characters")
 
     @field_validator("subnet")
     @classmethod

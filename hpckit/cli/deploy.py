@@ -109,8 +109,8 @@ def destroy_cmd(blueprint: Path, site_files: tuple[Path, ...]) -> None:
     bp = _load(blueprint, site_files)
     if not isinstance(bp.provider, LabProvider):
         raise InputError(f"{blueprint}: destroy is only for `provider: lab` blueprints")
-    lab_down(bp.cluster_name)
-    click.echo(f"lab {bp.cluster_name!r} is down")
+    lab_down(bp.name)
+    click.echo(f"lab {bp.name!r} is down")
 
 
 COMMANDS = [deploy_cmd, plan_cmd, destroy_cmd]

@@ -3,7 +3,6 @@ ansible/README.md). The same two documents work with hpckit's runner and with pl
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,6 +10,7 @@ import hostlist
 
 from hpckit.blueprint.models import Blueprint, LabProvider, Partition
 from hpckit.hardware import hardware_table
+from hpckit.lab.blueprint import spec_from_blueprint
 
 # What a real systemd cluster uses; the lab replaces these (see `lab_overrides`).
 LAB_SLURM_VARS: dict[str, Any] = {
@@ -40,12 +40,6 @@ class HostEntry:
     partition: str | None = None
 
 
-def _lab_pool(provider: LabProvider, taken: set[str]) -> list[str]:
-    net = ipaddress.IPv4Network(provider.subnet)
-    hosts = list(net.hosts())[9:]  # .1 is the box itself; keep .2-.9 free for the admin
-    return [str(ip) for ip in hosts if str(ip) not in taken]
-
-
 def host_entries(bp: Blueprint) -> list[HostEntry]:
     """Every host in a stable order (controller, logins, compute); lab hosts without an address get one."""
     entries = [HostEntry(bp.controller.host, bp.controller.address, "controller")]
@@ -53,8 +47,9 @@ def host_entries(bp: Blueprint) -> list[HostEntry]:
     entries += [HostEntry(host, addr, "compute", part.name) for part, host, addr in bp.compute_hosts()]
     if not isinstance(bp.provider, LabProvider):
         return entries
-    pool = iter(_lab_pool(bp.provider, {e.address for e in entries if e.address}))
-    return [e if e.address else HostEntry(e.name, next(pool), e.role, e.partition) for e in entries]
+    # The lab provider decides the addresses it did not get; ask it rather than guess the same way twice.
+    lab = {node.name: node.address for node in spec_from_blueprint(bp).nodes}
+    return [HostEntry(e.name, lab[e.name], e.role, e.partition) for e in entries]
 
 
 def _host_vars(entry: HostEntry, bp: Blueprint) -> dict[str, Any]:

@@ -5,11 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpckit.blueprint.models import Blueprint, LabProvider, StaticProvider
+from hpckit.blueprint.models import Blueprint, StaticProvider
 from hpckit.deploy.inventory import SshAccess, host_entries
-from hpckit.errors import InputError
+from hpckit.lab.blueprint import spec_from_blueprint
 from hpckit.lab.provider import lab_up, ssh_identity
-from hpckit.lab.spec import DEFAULT_STATE_ROOT, LabNode, LabSpec
 from hpckit.slurm.transport import SshTransport
 
 
@@ -30,23 +29,6 @@ def ssh_transport(access: SshAccess, address: str, where: str) -> SshTransport:
     return SshTransport(address, access.user, access.port, key, known, where=where)
 
 
-def lab_spec(bp: Blueprint, state_root: Path | None = None) -> LabSpec:
-    """The lab provider's spec for a `provider: lab` blueprint."""
-    if not isinstance(bp.provider, LabProvider):
-        raise InputError(f"blueprint {bp.name!r} is not a lab blueprint (provider: {bp.provider.type})")
-    gpus = {host: (part.hardware.gpus.count if part.hardware.gpus else 0) for part, host, _ in bp.compute_hosts()}
-    nodes = tuple(LabNode(e.name, e.address or "", gpus.get(e.name, 0)) for e in host_entries(bp))
-    shared = tuple(sorted({fs.mount.rstrip("/") for fs in bp.filesystems}))
-    return LabSpec(
-        cluster=bp.cluster_name,
-        nodes=nodes,
-        subnet=bp.provider.subnet,
-        bridge=bp.provider.bridge,
-        shared_dirs=shared,
-        state_root=state_root or DEFAULT_STATE_ROOT,
-    )
-
-
 def prepare_target(bp: Blueprint, *, bring_up_lab: bool = True) -> Target:
     """For a lab blueprint, bring the lab up (idempotent) and use its SSH identity."""
     addresses = {e.name: e.address or e.name for e in host_entries(bp)}
@@ -54,7 +36,7 @@ def prepare_target(bp: Blueprint, *, bring_up_lab: bool = True) -> Target:
         ssh = bp.provider.ssh
         key = str(Path(ssh.key).expanduser()) if ssh.key else None
         return Target(bp.cluster_name, SshAccess(ssh.user, ssh.port, key), addresses, lab=False)
-    spec = lab_spec(bp)
+    spec = spec_from_blueprint(bp)
     if bring_up_lab:
         lab_up(spec)
     ident = ssh_identity(spec.cluster, spec.state_root)

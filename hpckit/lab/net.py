@@ -53,9 +53,17 @@ def check_host_network(spec: LabSpec) -> None:
                 f"subnet {network} of lab {spec.cluster!r} collides with the host's route to {dst} "
                 f"on {route.get('dev', '?')}; pick another subnet"
             )
-    link = _links().get(spec.bridge)
+    links = _links()
+    link = links.get(spec.bridge)
     if link is not None and link.get("linkinfo", {}).get("info_kind") != "bridge":
         raise LabError(f"interface {spec.bridge} exists on the host and is not a bridge; pick another bridge name")
+    ours = {spec.veth_name(n) for n in spec.nodes}
+    strangers = sorted(name for name, info in links.items() if info.get("master") == spec.bridge and name not in ours)
+    if strangers:
+        raise LabError(
+            f"bridge {spec.bridge} already carries {', '.join(strangers)}, which lab {spec.cluster!r} "
+            "did not make; pick another bridge name"
+        )
 
 
 def ensure_bridge(spec: LabSpec) -> None:

@@ -8,10 +8,12 @@ installed package, is the host's.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import shlex
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -182,13 +184,12 @@ def boot_script(spec: LabSpec, paths: LabPaths, node: LabNode) -> str:
         f"# hpckit lab {spec.cluster}: boot of node {node.name}, run as PID 1 of its new namespaces.",
         "# Everything mounted here is private to the node and vanishes with it.",
         "set -eu",
-        # A sysfs mounted from inside the node's network namespace shows the node's interfaces.
-        "mount -t sysfs -o nosuid,nodev,noexec sysfs /sys",
     ]
     for d in overlay_dirs():
         options = f"lowerdir={d},upperdir={dirs.upper(d)},workdir={dirs.work(d)}"
         lines.append(f"mount -t overlay hpckit-{_layer_name(d)} -o {q(options)} {d}")
     lines += _run_lines()
+    lines += _sys_lines()
     lines += [f"mount --bind {q(str(dirs.scratch(d)))} {d}" for d in SCRATCH_DIRS]
     lines += _dev_lines(node)
     for shared in spec.shared_dirs:
@@ -209,6 +210,23 @@ def _run_lines() -> list[str]:
         if owner is not None:
             lines.append(f"if getent passwd {owner} >/dev/null; then chown {owner} {path}; fi")
     return lines
+
+
+def _sys_lines() -> list[str]:
+    """A sysfs mounted from inside the node's network namespace shows the node's interfaces (Ansible's
+    facts read them there). The host's cgroup mounts are carried over: slurmd will not start without a
+    filesystem on /sys/fs/cgroup, even with proctrack/linuxproc."""
+    keep = "/run/.hpckit-cgroup"
+    sysfs = "mount -t sysfs -o nosuid,nodev,noexec sysfs /sys"
+    return [
+        "if mountpoint -q /sys/fs/cgroup; then",
+        f"  mkdir {keep} && mount --rbind /sys/fs/cgroup {keep}",
+        f"  {sysfs}",
+        f"  mount --move {keep} /sys/fs/cgroup && rmdir {keep}",
+        "else",
+        f"  {sysfs}",
+        "fi",
+    ]
 
 
 def _dev_lines(node: LabNode) -> list[str]:
@@ -346,17 +364,28 @@ def run_in(
     timeout: float | None = None,
     env: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` in the node and capture its output; past ``timeout`` the whole command is killed."""
     if not procs.is_alive(record.init_pid, record.init_start):
         raise LabError(f"node process {record.init_pid} is gone")
-    return subprocess.run(
-        nsenter_argv(record, argv),
-        input=stdin,
-        capture_output=True,
+    full = nsenter_argv(record, argv)
+    # Its own process group: on timeout the command inside the node dies too, not only nsenter.
+    with subprocess.Popen(
+        full,
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
         env=dict(env) if env is not None else None,
-        check=False,
-    )
+        start_new_session=True,
+    ) as proc:
+        try:
+            out, err = proc.communicate(stdin, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise LabError(f"{shlex.join(argv)} did not finish within {timeout}s") from None
+    return subprocess.CompletedProcess(full, proc.returncode, out, err)
 
 
 def start_sshd(record: NodeRecord, node: LabNode) -> None:

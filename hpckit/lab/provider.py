@@ -74,6 +74,8 @@ def lab_up(spec: LabSpec) -> LabStatus:
     missing = missing_packages()
     if missing:
         raise LabError(f"the lab needs these host packages: {' '.join(missing)} (run `hpckit lab install-packages`)")
+    if _under_private_root(str(spec.state_root)):
+        raise LabError(f"state root {spec.state_root} lies in a directory each node replaces with its own")
     paths = LabPaths.of(spec.state_root, spec.cluster)
     with _locked(spec.state_root):
         records = _adopt_previous(spec, paths)
@@ -202,6 +204,7 @@ def _write_lab_files(spec: LabSpec, paths: LabPaths, records: Mapping[str, NodeR
 
 def _start_node(spec: LabSpec, paths: LabPaths, lab_node: LabNode) -> NodeRecord:
     record = node.launch(paths, lab_node)
+    state.save_record(paths, lab_node.name, record)  # at once: an interrupted `up` must not hide a node from `down`
     try:
         net.attach_node(spec, lab_node, record.init_pid)
         result = node.run_in(record, ["ip", "-batch", "-"], stdin=net.node_network_batch(spec, lab_node))
@@ -210,7 +213,6 @@ def _start_node(spec: LabSpec, paths: LabPaths, lab_node: LabNode) -> NodeRecord
     except LabError:
         node.stop(record)
         raise
-    state.save_record(paths, lab_node.name, record)
     node.start_sshd(record, lab_node)
     return record
 
@@ -321,6 +323,21 @@ def lab_exec(
         raise LabError("lab exec needs a command")
     record = _running_record(cluster, node_name, state_root)
     return node.run_in(record, argv, stdin=stdin, timeout=timeout, env=env)
+
+
+def exec_argv(cluster: str, node_name: str, argv: Sequence[str], state_root: Path = DEFAULT_STATE_ROOT) -> list[str]:
+    """The host command line that runs ``argv`` in a node, for callers that want its terminal (the CLI)."""
+    _require_root()
+    if not argv:
+        raise LabError("lab exec needs a command")
+    return node.nsenter_argv(_running_record(cluster, node_name, state_root), argv)
+
+
+def list_labs(state_root: Path = DEFAULT_STATE_ROOT) -> list[str]:
+    """Names of the labs with state under ``state_root`` (up, or partly up)."""
+    if not state_root.is_dir():
+        return []
+    return sorted(p.parent.name for p in state_root.glob("*/spec.json"))
 
 
 def ssh_identity(cluster: str, state_root: Path = DEFAULT_STATE_ROOT) -> SshIdentity:

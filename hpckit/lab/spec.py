@@ -13,8 +13,8 @@ from hpckit.lab.errors import LabError
 
 DEFAULT_STATE_ROOT = Path("/var/lib/hpckit/lab")
 
-_CLUSTER_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
-_HOSTNAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+_CLUSTER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
+_HOSTNAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
 # Host-side veth names are "<bridge>v<offset>" and Linux caps interface names at 15 characters,
 # so the bridge name keeps room for "v" plus a five-digit offset.
 _BRIDGE_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9_-]{0,8}$")
@@ -34,8 +34,7 @@ class LabNode:
     def __post_init__(self) -> None:
         if not _HOSTNAME_RE.match(self.name):
             raise LabError(
-                f"node name {self.name!r} is not a valid hostname "
-                "(lowercase letters, digits and '-', at most 63 characters)"
+                f"node name {self.name!r} is not a valid hostname (letters, digits and '-', at most 63 characters)"
             )
         try:
             ip = ipaddress.ip_address(self.address)
@@ -133,8 +132,7 @@ class LabSpec:
 def _check_cluster(cluster: str) -> None:
     if not _CLUSTER_RE.match(cluster):
         raise LabError(
-            f"cluster name {cluster!r} is not usable for a lab "
-            "(lowercase letters, digits, '-' and '_', at most 32 characters)"
+            f"cluster name {cluster!r} is not usable for a lab (letters, digits, '-' and '_', at most 63 characters)"
         )
 
 

@@ -19,6 +19,9 @@ NODE_CLIENT_KEY = "/etc/ssh/hpckit_lab_id_ed25519"
 NODE_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
 NODE_AUTHORIZED_KEYS_DIR = "/etc/ssh/authorized_keys"
 NODE_SSHD_LOG = "/var/log/sshd.log"
+# The interpreter Ansible should use on nodes: root's shell start-up files are the host's (same /root)
+# and may put another python3 first on PATH (pyenv shims, venvs) that interpreter discovery then picks.
+NODE_PYTHON = "/usr/bin/python3"
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,15 @@ class SshIdentity:
             "-o",
             "BatchMode=yes",
         ]
+
+    def ansible_vars(self) -> dict[str, str]:
+        """Inventory variables for a lab node (add ``ansible_host``: its address)."""
+        return {
+            "ansible_user": self.user,
+            "ansible_ssh_private_key_file": str(self.private_key),
+            "ansible_ssh_common_args": (f"-o UserKnownHostsFile={self.known_hosts} -o GlobalKnownHostsFile=/dev/null"),
+            "ansible_python_interpreter": NODE_PYTHON,
+        }
 
     def ssh_command(self, address: str, *argv: str) -> list[str]:
         return ["ssh", *self.ssh_options(), f"{self.user}@{address}", *argv]

@@ -1,0 +1,165 @@
+"""What a config change costs a running cluster: `hpckit plan` labels every change before it is applied.
+
+Slurm 22.05 rules (slurm.conf(5), "scontrol reconfigure"): most parameters and every partition change are
+picked up live by `scontrol reconfigure`; adding, removing or reshaping nodes, and the plugin / port / path
+parameters below, need slurmctld and every slurmd restarted (running jobs survive both); renaming the cluster
+orphans its state and accounting, which hpckit does not do.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+
+from hpckit.deploy.events import ConfigDiff
+
+
+class Action(enum.IntEnum):
+    """Ordered by disruption: the plan reports the largest one a change set needs."""
+
+    NONE = 0
+    RECONFIGURE = 1  # live: scontrol reconfigure
+    SLURMD_RESTART = 2  # restart slurmd on the affected nodes
+    SLURMCTLD_RESTART = 3  # restart slurmctld (and every slurmd)
+    UNSUPPORTED = 4
+
+    @property
+    def label(self) -> str:
+        return {
+            Action.NONE: "no change",
+            Action.RECONFIGURE: "live scontrol reconfigure",
+            Action.SLURMD_RESTART: "slurmd restart",
+            Action.SLURMCTLD_RESTART: "slurmctld restart",
+            Action.UNSUPPORTED: "unsupported",
+        }[self]
+
+
+RESTART_PARAMETERS = {
+    p.lower()
+    for p in (
+        "AuthType",
+        "AuthAltTypes",
+        "CredType",
+        "SlurmctldHost",
+        "ControlMachine",
+        "SlurmctldPort",
+        "SlurmdPort",
+        "SelectType",
+        "SelectTypeParameters",
+        "ProctrackType",
+        "TaskPlugin",
+        "GresTypes",
+        "StateSaveLocation",
+        "SlurmdSpoolDir",
+        "SlurmUser",
+        "AccountingStorageType",
+        "AccountingStorageHost",
+        "AccountingStoragePort",
+        "JobAcctGatherType",
+        "SwitchType",
+        "TopologyPlugin",
+        "PluginDir",
+        "LaunchType",
+        "PrologFlags",
+        "SlurmdParameters",
+    )
+}
+UNSUPPORTED_PARAMETERS = {"clustername"}
+
+
+@dataclass(frozen=True)
+class Change:
+    file: str
+    what: str  # e.g. "NodeName=node[5-6] added", "SchedulerParameters changed"
+    action: Action
+
+
+@dataclass(frozen=True)
+class SlurmConf:
+    params: dict[str, str]  # lower-cased key -> value
+    nodes: dict[str, str]  # NodeName value -> the whole line
+    partitions: dict[str, str]
+
+
+_LINE = re.compile(r"^\s*([A-Za-z]+)\s*=\s*(\S+)(.*)$")
+
+
+def parse_slurm_conf(text: str) -> SlurmConf:
+    params: dict[str, str] = {}
+    nodes: dict[str, str] = {}
+    parts: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        match = _LINE.match(line)
+        if not match:
+            continue
+        key, value = match.group(1).lower(), match.group(2)
+        if key == "nodename":
+            nodes[value] = " ".join(line.split())
+        elif key == "partitionname":
+            parts[value] = " ".join(line.split())
+        else:
+            params[key] = line.split("=", 1)[1].strip()
+    return SlurmConf(params, nodes, parts)
+
+
+def _keyed(file: str, kind: str, before: dict[str, str], after: dict[str, str], action: Action) -> list[Change]:
+    out = [Change(file, f"{kind}={k} added", action) for k in after.keys() - before.keys()]
+    out += [Change(file, f"{kind}={k} removed", action) for k in before.keys() - after.keys()]
+    out += [Change(file, f"{kind}={k} changed", action) for k in before.keys() & after.keys() if before[k] != after[k]]
+    return sorted(out, key=lambda c: c.what)
+
+
+def slurm_conf_changes(before: str, after: str, file: str = "slurm.conf") -> list[Change]:
+    old, new = parse_slurm_conf(before), parse_slurm_conf(after)
+    changes = _keyed(file, "NodeName", old.nodes, new.nodes, Action.SLURMCTLD_RESTART)
+    changes += _keyed(file, "PartitionName", old.partitions, new.partitions, Action.RECONFIGURE)
+    for key in sorted(old.params.keys() | new.params.keys()):
+        if old.params.get(key) == new.params.get(key):
+            continue
+        if key in UNSUPPORTED_PARAMETERS:
+            action = Action.UNSUPPORTED
+        elif key in RESTART_PARAMETERS:
+            action = Action.SLURMCTLD_RESTART
+        else:
+            action = Action.RECONFIGURE
+        changes.append(Change(file, f"{key} changed", action))
+    return changes
+
+
+# Files other than slurm.conf: who reads them, and so what a change costs.
+FILE_ACTIONS = {
+    "gres.conf": Action.SLURMD_RESTART,
+    "cgroup.conf": Action.SLURMD_RESTART,
+    "topology.conf": Action.RECONFIGURE,
+    "plugstack.conf": Action.SLURMD_RESTART,
+    "slurmdbd.conf": Action.SLURMCTLD_RESTART,
+}
+
+
+def file_changes(path: str, before: str, after: str) -> list[Change]:
+    """Classify a change to one rendered file (path as on the host)."""
+    name = path.rsplit("/", 1)[-1]
+    if before == after:
+        return []
+    if name == "slurm.conf":
+        return slurm_conf_changes(before, after, path)
+    action = FILE_ACTIONS.get(name, Action.NONE)
+    return [Change(path, "created" if not before else "changed", action)]
+
+
+def overall(changes: list[Change]) -> Action:
+    return max((c.action for c in changes), default=Action.NONE)
+
+
+def plan_changes(diffs: list[ConfigDiff]) -> list[Change]:
+    """Every labelled change in a check+diff run; a file changed identically on many hosts counts once."""
+    seen: set[tuple[str, str, str]] = set()
+    out: list[Change] = []
+    for diff in diffs:
+        key = (diff.path, diff.before, diff.after)
+        if key not in seen:
+            seen.add(key)
+            out += file_changes(diff.path, diff.before, diff.after)
+    return out

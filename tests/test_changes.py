@@ -1,0 +1,47 @@
+"""Day-2 change labels (what `hpckit plan` says a change will cost the running cluster)."""
+
+from __future__ import annotations
+
+from hpckit.deploy.changes import Action, file_changes, overall, slurm_conf_changes
+
+BASE = """\
+# managed by hpckit
+ClusterName=lab
+SlurmctldHost=ctl(10.77.0.10)
+SchedulerParameters=batch_sched_delay=0
+NodeName=node[1-4] CPUs=2 RealMemory=1000 Gres=gpu:lab:4 State=UNKNOWN
+PartitionName=gpu Nodes=node[1-4] Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+def test_adding_nodes_needs_restart_and_partition_reconfigure() -> None:
+    after = BASE.replace("PartitionName=gpu Nodes=node[1-4]", "PartitionName=gpu Nodes=node[1-6]")
+    after = after.replace("State=UNKNOWN\n", "State=UNKNOWN\nNodeName=node[5-6] CPUs=2 RealMemory=1000 State=UNKNOWN\n")
+    changes = slurm_conf_changes(BASE, after)
+    assert [(c.what, c.action) for c in changes] == [
+        ("NodeName=node[5-6] added", Action.SLURMCTLD_RESTART),
+        ("PartitionName=gpu changed", Action.RECONFIGURE),
+    ]
+    assert overall(changes).label == "slurmctld restart"
+
+
+def test_new_partition_and_plain_parameter_are_live() -> None:
+    after = BASE.replace("batch_sched_delay=0", "batch_sched_delay=1") + "PartitionName=debug Nodes=node1\n"
+    changes = slurm_conf_changes(BASE, after)
+    assert {c.action for c in changes} == {Action.RECONFIGURE}
+    assert overall(changes).label == "live scontrol reconfigure"
+
+
+def test_plugin_change_restarts_and_cluster_rename_is_unsupported() -> None:
+    changes = slurm_conf_changes(BASE, BASE + "ProctrackType=proctrack/cgroup\n")
+    assert overall(changes) == Action.SLURMCTLD_RESTART
+    assert (
+        overall(slurm_conf_changes(BASE, BASE.replace("ClusterName=lab", "ClusterName=other"))).label == "unsupported"
+    )
+    assert slurm_conf_changes(BASE, BASE + "# a comment only\n") == []
+
+
+def test_other_files() -> None:
+    assert overall(file_changes("/etc/slurm/gres.conf", "a", "b")).label == "slurmd restart"
+    assert file_changes("/etc/slurm/gres.conf", "a", "a") == []
+    assert overall(file_changes("/etc/slurm/topology.conf", "", "x")) == Action.RECONFIGURE
