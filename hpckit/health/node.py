@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 
 from hpckit.errors import HpckitError
@@ -142,7 +143,7 @@ def _act(
         settings = replace(settings, confirm_fails=max(settings.confirm_fails, config.quick_confirm_fails))
     now = ctx.probe.now()
     try:
-        with store.locked(ctx.node):
+        with nullcontext() if options.dry_run else store.locked(ctx.node):
             memory = _read_memory(store, ctx.local, ctx.node)
             fleet = _fleet_view(config, store, ctx, run, now)
             outcome = decide(run, {ctx.node: state} if state else {}, {ctx.node: memory}, settings, fleet)

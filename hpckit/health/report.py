@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpckit.health.model import Row, Status
+from hpckit.health.model import ABSENT, Row, Status
 from hpckit.health.policy import Action
 
 if TYPE_CHECKING:
@@ -36,17 +36,43 @@ def _value(row: Row) -> str:
     return f"{row.value:g} {row.unit}".strip()
 
 
+def _absent(row: Row) -> bool:
+    return row.status == Status.UNKNOWN and row.fault == ABSENT
+
+
+def _absent_summary(rows: Sequence[Row]) -> str:
+    """One line for what could not be looked at (no driver, no torch ...): the lab's GPU checks."""
+    checks: dict[str, set[str]] = {}
+    for row in rows:
+        if _absent(row):
+            checks.setdefault(row.check, set()).add(row.node)
+    if not checks:
+        return ""
+    nodes = sorted({n for ns in checks.values() for n in ns})
+    return f"not checked here (absent): {', '.join(checks)} on {len(nodes)} node(s): {_hosts(nodes)}"
+
+
+def _hosts(nodes: Sequence[str]) -> str:
+    try:
+        import hostlist
+
+        return str(hostlist.collect_hostlist(list(nodes)))
+    except ImportError:
+        return ",".join(nodes)
+
+
 def render_rows(rows: Sequence[Row], *, verbose: bool = False) -> str:
-    """Rows worst first; OK rows only when ``verbose``."""
-    shown = sorted((r for r in rows if verbose or r.status != Status.OK), key=lambda r: -r.status)
+    """Rows worst first; OK rows only when ``verbose``; 'absent' rows folded into one line."""
+    shown = sorted((r for r in rows if (verbose or r.status != Status.OK) and not _absent(r)), key=lambda r: -r.status)
+    absent = _absent_summary(rows)
     if not shown:
-        return f"all {len(rows)} measurements OK"
+        return "\n".join(x for x in (f"no problem in {len(rows)} measurements", absent) if x)
     table = _table(
         ["STATUS", "NODE", "CHECK", "METRIC", "VALUE", "FAULT", "EVIDENCE"],
         ([r.status.name, r.node, r.check, r.metric, _value(r), r.fault or "", r.evidence] for r in shown),
         [7, 20, 16, 28, 18, 22, 110],
     )
-    return table
+    return f"{table}\n{absent}" if absent else table
 
 
 def render_node(report: NodeReport, *, verbose: bool = False, threshold: float = 0.3) -> str:
@@ -122,7 +148,8 @@ def _failing_first(result: SweepResult) -> str:
     applied = {a.node: a for a in result.applied}
     worst: dict[str, Status] = {}
     for row in result.rows:
-        worst[row.node] = max(worst.get(row.node, Status.OK), row.status)
+        judged = Status.OK if _absent(row) else row.status
+        worst[row.node] = max(worst.get(row.node, Status.OK), judged)
     lines = []
     for node in sorted(worst, key=lambda n: (-worst[n], n)):
         decision = decisions.get(node)
@@ -142,7 +169,7 @@ def _failing_first(result: SweepResult) -> str:
         )
     table = _table(["WORST", "NODE", "ACTION", "REASON", "SLURM", "FROM"], lines)
     problems = render_rows([r for r in result.rows if r.status != Status.OK])
-    return f"{table}\n\nproblems:\n{problems}" if any(r.status != Status.OK for r in result.rows) else table
+    return f"{table}\n\n{problems}"
 
 
 def _drift_text(current: pd.DataFrame, history: pd.DataFrame | None, run_id: str) -> str:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import threading
+
+_lock = threading.Lock()
 _loaded = False
 
 
 def load() -> None:
     global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    from hpckit.health.checks import gpu, heavy, host, ib  # noqa: F401  (registration by import)
+    with _lock:  # threads of one sweep must not see a half-filled registry
+        if _loaded:
+            return
+        from hpckit.health.checks import gpu, heavy, host, ib  # noqa: F401  (registration by import)
+
+        _loaded = True

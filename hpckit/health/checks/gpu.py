@@ -210,8 +210,9 @@ def pcie(ctx: Context) -> Iterator[Measure]:
     yield from _per_gpu(ctx, one)
 
 
-# Clock event reasons that point at cooling or power delivery; the others are normal operation.
-WARN_CLOCK_REASONS = ("HW Slowdown", "HW Thermal Slowdown", "HW Power Brake Slowdown", "SW Thermal Slowdown")
+# Clock event reasons that point at cooling or power delivery, the most specific first (it names the
+# fault); the others (Idle, SW Power Cap, Sync Boost ...) are normal operation.
+WARN_CLOCK_REASONS = ("HW Power Brake Slowdown", "HW Thermal Slowdown", "SW Thermal Slowdown", "HW Slowdown")
 
 
 @check("gpu.clocks")
@@ -219,7 +220,7 @@ def clocks(ctx: Context) -> Iterator[Measure]:
     """Thermal or power-brake clock slowdowns (warn only)."""
 
     def one(label: str, gpu: GpuInfo) -> Iterator[Measure]:
-        active = [r for r in gpu.active_clocks_event_reasons if r in WARN_CLOCK_REASONS]
+        active = [r for r in WARN_CLOCK_REASONS if r in gpu.active_clocks_event_reasons]
         others = ", ".join(gpu.active_clocks_event_reasons) or "none"
         if active:
             fault = "clocks-" + re.sub(r"[^a-z]+", "-", active[0].lower()).strip("-")
