@@ -33,7 +33,7 @@ def config(tmp_path: Path) -> NodeConfig:
         state_dir=str(tmp_path / "local"),
         gpus=GpuExpect("lab", 4),
         mounts=(Mount("/shared", "/shared"),),
-        command=("/etc/hpckit/hpckit",),
+        command=("/etc/hpckit/hpckit-health",),
     )
 
 
@@ -57,11 +57,11 @@ class Lab:
         rows = parse_job_output("some login banner\n" + json.dumps(_node_json(node_report)) + "\n", node)
         return JobResult(node, rows, None, 0.5)
 
-    def quick(self, node: str) -> None:
-        """The node's HealthCheckProgram run (it cannot drain itself here: its Slurm calls fail)."""
+    def quick(self, node: str, act: bool = False) -> None:
+        """The node's HealthCheckProgram run; without ``act`` it cannot reach Slurm (munge down)."""
         local = dataclasses.replace(self.config, state_dir=f"{self.config.state_dir}/{node}")
         self.probes[node].clock = self.clock
-        check_node(local, NodeRunOptions(tier="quick"), self.probes[node])
+        check_node(local, NodeRunOptions(tier="quick", act=act), self.probes[node], self.slurm)
 
     def sweep(self, **opts: object) -> SweepResult:
         self.clock += 60  # quick verdicts of a minute ago are fresh
@@ -143,14 +143,17 @@ def test_fixed_nodes_resume_after_n_passes(lab: Lab) -> None:
     assert set(lab.reasons()) == {"node2", "node3"}
     fix(lab, "node2")
     fix(lab, "node3")
-    # Drained nodes get no job: their quick tier (run by slurmd on every node) re-checks them.
-    for _ in range(lab.config.policy.resume_after):
-        lab.clock += 60
-        lab.quick("node2")
-        lab.quick("node3")
-        result = lab.sweep()
+    # Drained nodes get no job, and the sweep does not resume on stored verdicts: each node's own quick
+    # tier (slurmd runs it on drained nodes too) resumes it after resume_after clean runs.
+    lab.quick("node2", act=True)
+    lab.quick("node3", act=True)
+    result = lab.sweep()
+    assert set(lab.reasons()) == {"node2", "node3"}
+    assert {d.action for d in result.outcome.decisions if d.node in ("node2", "node3")} == {Action.KEEP}
+    lab.quick("node2", act=True)
+    lab.quick("node3", act=True)
     assert lab.reasons() == {}
-    assert {d.node for d in result.outcome.decisions if d.action is Action.RESUME} == {"node2", "node3"}
+    assert [u[-1] for u in lab.slurm.updates[-2:]] == ["state=resume", "state=resume"]
 
 
 def test_same_fault_on_three_of_four_trips_the_breaker(lab: Lab) -> None:

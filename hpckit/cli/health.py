@@ -143,6 +143,38 @@ def _hosts(expr: str | None) -> list[str] | None:
         raise InputError(str(exc)) from None
 
 
+@health.command("schedule")
+@config_option
+@store_option
+@click.option("--cron", help="when (default: the config's nightly schedule)")
+@click.option("--partition", help="partition the sweep job runs in (default: Slurm's default)")
+@click.option("--time-limit", default=120, show_default=True, help="minutes for the whole sweep")
+def schedule_cmd(
+    config_path: str | None, store: str | None, cron: str | None, partition: str | None, time_limit: int
+) -> None:
+    """Queue the next nightly sweep as a Slurm job held until its time (for clusters without scrontab or
+    systemd); the job queues its successor before it sweeps."""
+    import datetime as dt
+
+    from hpckit.health.schedule import ensure_chain, parse_cron
+    from hpckit.health.sweep import detach_from_job
+    from hpckit.slurm.nodes import JobOps
+    from hpckit.slurm.transport import LocalTransport
+
+    config = _config(config_path, store)
+    detach_from_job()
+    message = ensure_chain(
+        JobOps(LocalTransport()),
+        parse_cron(cron or config.nightly),
+        config.command,
+        output=f"{config.store}/logs/sweep-%j.out",
+        time_limit_min=time_limit,
+        partition=partition,
+        now=dt.datetime.now(),
+    )
+    click.echo(message)
+
+
 @health.command("report")
 @config_option
 @store_option

@@ -76,8 +76,9 @@ class NodeConfig:
     policy: PolicySettings = field(default_factory=PolicySettings)
     thresholds: Thresholds = field(default_factory=Thresholds)
     quick_interval_s: float = 300.0  # Slurm's HealthCheckInterval: how fresh a node's verdict must be
+    nightly: str = "0 2 * * *"  # cron schedule of the sweep
     quick_confirm_fails: int = 2  # the quick tier drains on the 2nd FAIL in a row (see hpckit.health.policy)
-    command: tuple[str, ...] = ("hpckit",)  # how the sweep's jobs start hpckit on a node
+    command: tuple[str, ...] = ("hpckit", "health")  # how a node runs `hpckit health` (sweep jobs, schedule)
     source: str = "defaults"  # where this config came from, for messages
 
     @property
@@ -122,6 +123,7 @@ def parse_config(data: Any, source: str) -> NodeConfig:
         policy=_policy(r, r.mapping(top.get("policy", {}), "policy")),
         thresholds=_thresholds(r, r.mapping(top.get("thresholds", {}), "thresholds")),
         quick_interval_s=r.number(top, "quick_interval_s", base.quick_interval_s, minimum=1),
+        nightly=r.text(top, "nightly", base.nightly),
         quick_confirm_fails=int(r.number(top, "quick_confirm_fails", base.quick_confirm_fails, minimum=1)),
         command=tuple(r.word(c, f"command[{i}]") for i, c in enumerate(r.items(top, "command"))) or base.command,
         source=source,

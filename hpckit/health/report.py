@@ -168,8 +168,7 @@ def _failing_first(result: SweepResult) -> str:
             ]
         )
     table = _table(["WORST", "NODE", "ACTION", "REASON", "SLURM", "FROM"], lines)
-    problems = render_rows([r for r in result.rows if r.status != Status.OK])
-    return f"{table}\n\n{problems}"
+    return f"{table}\n\n{render_rows(result.rows)}"
 
 
 def _drift_text(current: pd.DataFrame, history: pd.DataFrame | None, run_id: str) -> str:

@@ -29,6 +29,8 @@ from hpckit.health.config import NodeConfig
 from hpckit.health.model import Row, Status, unknown
 from hpckit.health.node import apply_decision
 from hpckit.health.policy import (
+    Action,
+    Decision,
     NodeMemory,
     Outcome,
     Ownership,
@@ -81,7 +83,7 @@ JobRunner = Callable[[str, "str | None"], JobResult]
 
 
 def node_job_command(config: NodeConfig, disabled: Sequence[str]) -> list[str]:
-    argv = [*config.command, "health", "check", "--tier", "nightly", "--json", "--no-store"]
+    argv = [*config.command, "check", "--tier", "nightly", "--json", "--no-store"]
     for name in disabled:
         argv += ["--disable", name]
     return argv
@@ -227,27 +229,48 @@ def _collect(plan: _Plan, results: dict[str, JobResult]) -> tuple[list[Row], dic
 def _judge(
     config: NodeConfig, options: SweepOptions, store: Store, fleet: Fleet, result: SweepResult, now: float
 ) -> None:
+    """The policy over the whole run. Nodes judged on their stored quick verdict (no job ran) already
+    counted that verdict in their memory when they wrote it: their memory is left as it is, and the sweep
+    never resumes them on it (the verdict may predate the node's own drain, e.g. when the node could not
+    write to the store); each node resumes itself from its own quick runs."""
     settings = config.policy
     if options.disabled:
         settings = replace(settings, disabled_checks=settings.disabled_checks | frozenset(options.disabled))
     run = verdicts(result.rows)
     nodes = sorted({v.node for v in run})
+    judged_by_job = {n for n, source in result.sources.items() if source.startswith("job")}
     with ExitStack() as stack:
         if not options.dry_run:
             for node in nodes:
                 stack.enter_context(store.locked(node))
-        memory: dict[str, NodeMemory] = {}
-        for node in nodes:
-            try:
-                memory[node] = store.read_memory(node)[0]
-            except StoreError as exc:
-                result.notes.append(f"{exc}; starting {node}'s memory afresh")
-                memory[node] = NodeMemory()
+        memory = _memories(store, nodes, result.notes)
         outcome = decide(run, fleet.nodes, memory, settings)
+        kept = {n: outcome.memory[n] if n in judged_by_job else memory[n] for n in nodes}
+        outcome = replace(
+            outcome, memory=kept, decisions=tuple(_no_stale_resume(d, judged_by_job) for d in outcome.decisions)
+        )
         if not options.dry_run:
             for node in nodes:
-                store.write_memory(node, outcome.memory[node], now)
+                if node in judged_by_job:
+                    store.write_memory(node, kept[node], now)
     result.outcome = with_enforce(outcome, not options.dry_run)
+
+
+def _memories(store: Store, nodes: Sequence[str], notes: list[str]) -> dict[str, NodeMemory]:
+    memory: dict[str, NodeMemory] = {}
+    for node in nodes:
+        try:
+            memory[node] = store.read_memory(node)[0]
+        except StoreError as exc:
+            notes.append(f"{exc}; starting {node}'s memory afresh")
+            memory[node] = NodeMemory()
+    return memory
+
+
+def _no_stale_resume(decision: Decision, judged_by_job: set[str]) -> Decision:
+    if decision.action is not Action.RESUME or decision.node in judged_by_job:
+        return decision
+    return Decision(decision.node, Action.KEEP, "recovering: the node resumes itself from its own quick runs")
 
 
 def _apply(ops: NodeOps, result: SweepResult) -> None:

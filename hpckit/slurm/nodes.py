@@ -108,3 +108,38 @@ class NodeOps:
         if partition:
             cmd.append(f"--partition={partition}")
         return self.transport.run([*cmd, "--", *argv], timeout=timeout)
+
+
+@dataclass(frozen=True)
+class PendingJob:
+    job_id: str
+    begin: str  # as squeue prints %S (local time, ISO-like) or "N/A"
+
+
+class JobOps:
+    """Queue operations the health schedule needs: pending jobs by name, submit, cancel."""
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+
+    def _run(self, *argv: str, timeout: float = 30.0) -> str:
+        result = self.transport.run(argv, timeout=timeout)
+        if not result.ok:
+            raise SlurmCommandError(result)
+        return result.stdout
+
+    def pending(self, name: str) -> list[PendingJob]:
+        text = self._run("squeue", "-h", "-n", name, "-t", "PENDING", "-o", "%i|%S")
+        jobs = []
+        for line in text.splitlines():
+            job_id, _, begin = line.strip().partition("|")
+            if job_id:
+                jobs.append(PendingJob(job_id, begin))
+        return jobs
+
+    def cancel(self, job_id: str) -> None:
+        self._run("scancel", job_id)
+
+    def submit(self, argv: Sequence[str]) -> str:
+        """Run an ``sbatch --parsable`` command line; the job id (``123`` of ``123;cluster``)."""
+        return self._run(*argv).strip().split(";")[0]
