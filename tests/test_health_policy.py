@@ -84,7 +84,7 @@ def test_reason_round_trip() -> None:
         ("drained", "", "", Ownership.FOREIGN),
         ("down", "Not responding", "*", Ownership.UNAVAILABLE),
         ("down", "hpckit:munge-down:host.munge", "", Ownership.UNAVAILABLE),
-        ("idle", "", "*", Ownership.UNAVAILABLE),
+        ("idle", "", "*", Ownership.IN_SERVICE),
         ("fail", "bad", "", Ownership.UNAVAILABLE),
         ("maint", "", "", Ownership.UNAVAILABLE),
         ("unknown", "", "", Ownership.UNAVAILABLE),
@@ -159,7 +159,7 @@ def test_admin_drained_node_is_never_touched() -> None:
         assert "replacing DIMM B3" in outs[0].decision("n1").why
 
 
-@pytest.mark.parametrize(("state", "flags"), [("down", "*"), ("idle", "*"), ("fail", ""), ("maint", "")])
+@pytest.mark.parametrize(("state", "flags"), [("down", "*"), ("down", ""), ("fail", ""), ("maint", "")])
 def test_down_or_unresponsive_node_is_never_touched(state: str, flags: str) -> None:
     d = decide([v("n1", "host.munge", Status.FAIL)], fleet(node("n1", state, "x", flags)), {}, S).decision("n1")
     assert d.action is Action.SKIP

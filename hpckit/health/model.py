@@ -92,6 +92,10 @@ class Row:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Row:
         """The inverse of :meth:`to_dict`; a wrong shape raises ValueError naming the field."""
+        if "status" not in data:
+            raise ValueError("health row lacks field 'status'")
+        if str(data["status"]) not in Status.__members__:
+            raise ValueError(f"bad health row: status {data['status']!r} is not one of {', '.join(Status.__members__)}")
         try:
             status = Status[str(data["status"])]
             return cls(

@@ -90,12 +90,14 @@ _IN_SERVICE = {"idle", "mixed", "allocated", "completing", "planned", "reserved"
 
 
 def ownership(node: NodeState | None) -> Ownership:
+    """Whose the node's state is. A node that stopped answering slurmctld but is not yet marked down
+    (``idle*``) is still in service: its own failing verdict (munge down is exactly such a node) gives a
+    better reason than the "Not responding" Slurm would set later. Once Slurm has set it DOWN, it is not
+    hpckit's to touch."""
     if node is None:
         return Ownership.MISSING
     if node.state in _DRAINED:
         return Ownership.OURS if node.reason.startswith(REASON_PREFIX) else Ownership.FOREIGN
-    if not node.responding:
-        return Ownership.UNAVAILABLE
     return Ownership.IN_SERVICE if node.state in _IN_SERVICE else Ownership.UNAVAILABLE
 
 

@@ -186,7 +186,7 @@ def _plan(fleet: Fleet, store: Store, config: NodeConfig, now: float) -> _Plan:
         owner = ownership(state)
         verdict = fresh.get(name)
         failing = verdict is not None and any(r.status == Status.FAIL for r in verdict.rows)
-        if owner is Ownership.IN_SERVICE and state.state == "idle" and not failing:
+        if owner is Ownership.IN_SERVICE and state.state == "idle" and state.responding and not failing:
             plan.jobs.append(name)
         elif owner in (Ownership.IN_SERVICE, Ownership.OURS) and verdict is not None:
             plan.stand_in[name] = verdict
