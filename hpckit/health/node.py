@@ -136,7 +136,7 @@ def _act(
     config: NodeConfig, options: NodeRunOptions, store: Store, ctx: Context, report: NodeReport, transport: Transport
 ) -> None:
     ops = NodeOps(transport)
-    state = _slurm_state(ops, ctx.node, report.notes)
+    state, blind = _slurm_state(ops, ctx.node, report.notes)
     run = verdicts(report.rows)
     settings = config.policy
     if options.tier == "quick":
@@ -155,18 +155,22 @@ def _act(
         outcome = decide(run, {ctx.node: state} if state else {}, {ctx.node: memory}, settings, None)
         if not options.dry_run:
             _write_memory(None, ctx.local, ctx.node, outcome.memory[ctx.node], now, report.notes)
+    if blind:
+        why = "its Slurm state cannot be read from here"
+        outcome = replace(outcome, decisions=tuple(replace(d, action=Action.SKIP, why=why) for d in outcome.decisions))
     report.outcome = with_enforce(outcome, not options.dry_run)
     decision = report.decision
     if decision is not None and decision.changes_slurm and decision.enforce:
         report.applied = apply_decision(ops, decision)
 
 
-def _slurm_state(ops: NodeOps, node: str, notes: list[str]) -> NodeState | None:
+def _slurm_state(ops: NodeOps, node: str, notes: list[str]) -> tuple[NodeState | None, bool]:
+    """The node's state as Slurm has it, and whether it could not be read (munge down, controller gone)."""
     try:
-        return ops.state(node)
+        return ops.state(node), False
     except HpckitError as exc:
         notes.append(f"cannot read this node's Slurm state, so it cannot act on it: {exc}")
-        return None
+        return None, True
 
 
 def _read_memory(store: Store | None, local: LocalState, node: str) -> NodeMemory:
