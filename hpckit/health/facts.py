@@ -7,10 +7,12 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from hpckit.health.parsers import GpuInfo, HwParseError, NvlinkGpu, parse_nvlink_status, parse_query_q
-
 if TYPE_CHECKING:
+    from hpckit.health.parsers import GpuInfo, NvlinkGpu
     from hpckit.health.probe import Probe
+
+# The parsers are imported where used: a node without NVIDIA tools (the lab) never needs them, and their
+# regular expressions cost start-up time on every quick-tier run.
 
 GpuSource = Literal["nvml", "nvidia-smi", "absent", "error"]
 NVIDIA_SMI_TIMEOUT_S = 20.0
@@ -52,6 +54,8 @@ def _from_nvidia_smi(probe: Probe) -> GpuFacts:
         return GpuFacts("error", detail=done.describe())
     if not done.ok:
         return GpuFacts("error", detail=done.describe())
+    from hpckit.health.parsers import HwParseError, parse_query_q
+
     try:
         gpus = parse_query_q(done.stdout, "nvidia-smi -q")
     except HwParseError as exc:
@@ -63,6 +67,8 @@ def _nvlink_from_smi(probe: Probe) -> tuple[NvlinkGpu, ...] | None:
     done = probe.run(["nvidia-smi", "nvlink", "--status"], timeout=NVIDIA_SMI_TIMEOUT_S)
     if not done.ok:
         return None
+    from hpckit.health.parsers import HwParseError, parse_nvlink_status
+
     try:
         return tuple(parse_nvlink_status(done.stdout, "nvidia-smi nvlink --status"))
     except HwParseError:

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from hpckit.health.context import Context
 from hpckit.health.model import Measure, Status, absent, fail, ok, unknown, warn
-from hpckit.health.parsers import GpuInfo, HwParseError, NvlinkGpu, parse_xid_events
 from hpckit.health.registry import check
+
+if TYPE_CHECKING:
+    from hpckit.health.parsers import GpuInfo, NvlinkGpu
 
 _DEV = re.compile(r"^nvidia(\d+)$")
 
@@ -154,6 +157,8 @@ def xid(ctx: Context) -> Iterator[Measure]:
     if log.error is not None:
         yield unknown("xids", "kernel-log-unreadable", log.error)
         return
+    from hpckit.health.parsers import HwParseError, parse_xid_events
+
     try:
         events = parse_xid_events(log.text, "kernel log", strict=False)
     except HwParseError as exc:

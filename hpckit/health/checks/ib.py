@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from hpckit.health.context import Context
 from hpckit.health.model import Measure, fail, ok, unknown, warn
-from hpckit.health.parsers import HwParseError, IbPort
 from hpckit.health.registry import check
+
+if TYPE_CHECKING:
+    from hpckit.health.parsers import IbPort
 
 # sysfs counters that only ever grow while a link misbehaves; a rise since the last run warns.
 FLAP_COUNTERS = ("link_downed", "link_error_recovery")
 
 
 def _ports(ctx: Context) -> list[IbPort] | Measure:
+    from hpckit.health.parsers import HwParseError
+
     try:
         return ctx.probe.ib_ports()
     except HwParseError as exc:
