@@ -193,3 +193,10 @@ def test_quick_tier_reuses_the_nightly_heavy_verdict(config: NodeConfig) -> None
     (row,) = [r for r in report.rows if r.check == "gpu.gemm"]
     assert row.evidence.startswith("nightly ") and row.status == Status.FAIL
     assert slurm.nodes["node1"].reason == "hpckit:gemm-slow:gpu.gemm"
+
+
+def test_cached_nightly_rows_of_unknown_checks_are_ignored(config: NodeConfig) -> None:
+    gone = Row("node1", "gpu.oldcheck", "x", Status.FAIL, fault="old", evidence="from an older hpckit")
+    Store(config.store).write_verdict("nightly", Verdict("node1", 1.7e9, "nightly", (gone,)))
+    report = act(config, healthy_node(), FakeSlurm.of(*NODES))
+    assert not [r for r in report.rows if r.check == "gpu.oldcheck"]

@@ -114,11 +114,19 @@ def _cached_nightly(
     for row in cached.rows:
         if row.check in have or row.check in disabled or (only and row.check not in only):
             continue
-        if get(row.check).tier != "nightly":
+        if not _nightly_check(row.check):
             continue
         stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(cached.time))
         keep.append(replace(row, evidence=f"nightly {stamp}: {row.evidence}"))
     return keep
+
+
+def _nightly_check(name: str) -> bool:
+    """A registered nightly-tier check (a cache from an older hpckit may name checks that are gone)."""
+    try:
+        return get(name).tier == "nightly"
+    except HpckitError:
+        return False
 
 
 def _store_verdict(store: Store, report: NodeReport, now: float) -> None:
