@@ -75,8 +75,10 @@ def quick_latency(cluster: Cluster, nodes: int, repeat: int) -> list[float]:
     for _ in range(repeat):
         for i in range(1, nodes + 1):
             start = time.monotonic()
-            lab_exec(cluster.name, f"node{i}", [HEALTH, "check", "--tier", "quick", "--act", "--quiet"], timeout=120)
+            done = lab_exec(cluster.name, f"node{i}", [HEALTH, "check", "--tier", "quick", "--act"], timeout=120)
             times.append(time.monotonic() - start)
+            if done.returncode != 0 or "quick tier" not in done.stdout:
+                raise SystemExit(f"quick tier on node{i} failed: {done.stdout}{done.stderr}")
     return times
 
 

@@ -167,6 +167,27 @@ def test_nightly_sweep_is_registered(hlab: HealthLab) -> None:
     assert again.strip() == f"sweep job {job_id} already waits for {begin}"
 
 
+def test_scheduled_sweep_runs_as_a_job_and_queues_the_next(hlab: HealthLab) -> None:
+    """The chained schedule end to end: a sweep job due now runs on a compute node, queues the next one
+    at the configured nightly time, then sweeps the other nodes with jobs of their own."""
+    before = hlab.runs()
+    queued = hlab.login(HEALTH, "schedule", "--cron", "* * * * *").stdout.split()
+    job_id = queued[2]
+
+    def done() -> bool:
+        state = hlab.login("sacct", "-n", "-X", "-j", job_id, "-o", "State", check=False).stdout.strip()
+        if state:
+            return state.startswith("COMPLETED")
+        return job_id not in hlab.login("squeue", "-h", "-o", "%i").stdout.split()
+
+    wait_for(f"the sweep job {job_id}", done, timeout=240)
+    log = (hlab.store / "logs" / f"sweep-{job_id}.out").read_text()
+    assert "queued for" in log and "health sweep" in log, log
+    assert hlab.runs() == before + 1
+    queue = hlab.login("squeue", "-h", "-n", "hpckit-health-sweep", "-o", "%S").stdout.split()
+    assert len(queue) == 1 and queue[0].endswith("T02:00:00")
+
+
 def test_clean_sweep(hlab: HealthLab) -> None:
     before = hlab.runs()
     summary = hlab.sweep()

@@ -105,22 +105,29 @@ def test_slurm_conf_bad_hostlist() -> None:
         parse_nodes("NodeName=node[1-")
 
 
-# --- sinfo (recorded from the lab: `sinfo -h -N -o '%N|%T|%P|%E'`) --------------------------------------
-
-SINFO = """\
-node1|idle|gpu*|none
-node2|drained|gpu*|hpckit:mount-unwritable:host.mounts
-node3|draining|gpu*|admin: a|b
-node3|draining|debug|admin: a|b
-node4|down*|gpu*|Not responding
-"""
+# --- sinfo (recorded in the lab, tests/data/health/SOURCES.md) -------------------------------------------
 
 
-def test_parse_fleet() -> None:
-    fleet = parse_fleet(SINFO)
-    assert fleet.partitions == {"node1": ("gpu",), "node2": ("gpu",), "node3": ("gpu", "debug"), "node4": ("gpu",)}
-    assert fleet.nodes["node3"].reason == "admin: a|b" and fleet.nodes["node3"].state == "draining"
-    assert fleet.nodes["node4"].state == "down" and not fleet.nodes["node4"].responding
+def test_parse_fleet_on_the_lab_recording() -> None:
+    from hpckit.health.policy import Ownership, ownership
+
+    fleet = parse_fleet((REPO / "tests" / "data" / "health" / "sinfo-N-health-format-slurm22.05-lab.txt").read_text())
+    assert fleet.partitions == {n: ("gpu",) for n in ("node1", "node2", "node3", "node4")}
+    node1, node4 = fleet.nodes["node1"], fleet.nodes["node4"]
+    assert (node1.state, node1.flags, node1.reason) == ("drained", "*", "hpckit:munge-down:host.munge")
+    assert node4.reason == "admin: DIMM swap | ticket 4711"  # the reason keeps its "|"
+    owners = {n: ownership(s) for n, s in fleet.nodes.items()}
+    assert owners == {
+        "node1": Ownership.OURS,
+        "node2": Ownership.IN_SERVICE,
+        "node3": Ownership.OURS,
+        "node4": Ownership.FOREIGN,
+    }
+
+
+def test_parse_fleet_node_in_two_partitions() -> None:
+    fleet = parse_fleet("node3|mixed|gpu*|none\nnode3|mixed|debug|none\n")
+    assert fleet.partitions == {"node3": ("gpu", "debug")} and fleet.nodes["node3"].state == "mixed"
 
 
 # --- cron and the chained schedule ----------------------------------------------------------------------
