@@ -200,3 +200,13 @@ def test_cached_nightly_rows_of_unknown_checks_are_ignored(config: NodeConfig) -
     Store(config.store).write_verdict("nightly", Verdict("node1", 1.7e9, "nightly", (gone,)))
     report = act(config, healthy_node(), FakeSlurm.of(*NODES))
     assert not [r for r in report.rows if r.check == "gpu.oldcheck"]
+
+
+def test_nightly_run_by_hand_refreshes_the_heavy_rows(config: NodeConfig) -> None:
+    slow = Row("node1", "gpu.gemm", "gpu0.tflops", Status.FAIL, 300.0, "TFLOP/s", fault="gemm-slow", evidence="slow")
+    Store(config.store).write_verdict("nightly", Verdict("node1", 1.7e9, "nightly", (slow,)))
+    check_node(config, NodeRunOptions(tier="nightly"), healthy_node(), FakeSlurm.of(*NODES))
+    cached = Store(config.store).read_verdict("nightly", "node1")
+    assert cached is not None and [(r.check, r.fault) for r in cached.rows if r.check == "gpu.gemm"] == [
+        ("gpu.gemm", "absent")
+    ]

@@ -130,9 +130,14 @@ def _nightly_check(name: str) -> bool:
 
 
 def _store_verdict(store: Store, report: NodeReport, now: float) -> None:
+    """The latest verdict; a nightly run by hand also refreshes the heavy rows the quick tier re-reads
+    (how a node drained for a heavy-tier fault, which gets no sweep job, is re-tested after a repair)."""
     note = "; ".join(report.notes)
     try:
         store.write_verdict("latest", StoredVerdict(report.node, now, report.tier, tuple(report.rows), note))
+        if report.tier == "nightly":
+            heavy = tuple(r for r in report.rows if _nightly_check(r.check))
+            store.write_verdict("nightly", StoredVerdict(report.node, now, "nightly", heavy, note))
     except OSError as exc:
         report.notes.append(f"verdict not stored in {store.root}: {exc.strerror or exc}")
 
