@@ -3,11 +3,13 @@ together by the drain policy, and the run stored (history, per-node verdicts, me
 
 Which node gets what:
 
-* idle (in service, nothing running) -> a job runs every check, heavy tier included, on it;
-* busy, or drained by hpckit -> its fresh quick-tier verdict from the store stands in (no job);
+* idle and answering slurmctld -> a job runs every check, heavy tier included, on it;
+* busy, not answering slurmctld yet not down, or drained by hpckit -> its fresh quick-tier verdict from
+  the store stands in (no job). Such a verdict can drain a node, but never resumes one: a drained node
+  resumes itself from its own quick runs;
 * idle but failing in its fresh quick verdict -> no job is sent (a node whose munge is down cannot start
   one, and trying could get it marked down by Slurm); the verdict stands in;
-* drained by someone else, down, not responding -> skipped, never touched.
+* drained by someone else, or down -> skipped, never touched.
 
 Results come back on the job's stdout through srun, not through the shared filesystem, because that
 filesystem may be exactly what is broken on the node.
