@@ -1,0 +1,154 @@
+"""Health check speed on the lab (needs root and the lab packages).
+
+1. quick tier latency per node: the HealthCheckProgram (`hpckit health check --tier quick --act`) run
+   inside each node of a 4-node lab, several times; target <= 2 s per run (Slurm kills it at 60 s);
+2. nightly sweep wall time (`hpckit health sweep` on the login node: one exclusive job per idle node,
+   policy, Parquet history, report) on a 4-node and a 16-node lab; target 16 nodes <= 1.3x 4 nodes.
+
+The labs have no HealthCheckProgram in slurm.conf, so that nothing else runs during the timings.
+Run: python benchmarks/bench_health.py [--no-record] [--repeat N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from benchmarks._record import record  # noqa: E402
+from tests.labutil import Cluster, lab_blueprint  # noqa: E402
+
+NET, BRIDGE = "10.77.49", "hpckh49"
+HEALTH = "/etc/hpckit/hpckit-health"
+
+
+def blueprint(tmp: Path, name: str, nodes: int) -> Path:
+    path = lab_blueprint(tmp, name, NET, BRIDGE)
+    text = path.read_text().replace("  accounting: true\n", "  accounting: false\n")
+    text = text.replace("node[1-4]", f"node[1-{nodes}]").replace(
+        "$(vars.net).[21-24]", f"$(vars.net).[21-{20 + nodes}]"
+    )
+    path.write_text(text)
+    return path
+
+
+def apply_role(cluster: Cluster) -> None:
+    from hpckit.blueprint import load_blueprint
+    from hpckit.deploy.runner import PlaybookRun, run_playbook
+    from hpckit.health.deployvars import health_extravars
+
+    record_dir = cluster.state / "clusters" / cluster.name / "current"
+    inventory = yaml.safe_load((record_dir / "inventory.yml").read_text())
+    extravars = yaml.safe_load((record_dir / "extravars.yml").read_text())
+    extravars.update(health_extravars(load_blueprint(cluster.blueprint)))
+    extravars["hpckit_health_pythonpath"] = str(REPO)
+    playbook = REPO / "tests" / "data" / "health" / "role.yml"
+    outcome = run_playbook(inventory, extravars, PlaybookRun(playbook=str(playbook)), lambda event: None)
+    if outcome.status != "successful":
+        raise SystemExit(f"hpckit_health role failed on {cluster.name}")
+
+
+def up(tmp: Path, nodes: int) -> Cluster:
+    cluster = Cluster(f"hbench{nodes}", blueprint(tmp, f"hbench{nodes}", nodes), tmp / "state")
+    done = cluster.deploy()
+    if done.rc != 0:
+        cluster.destroy()
+        raise SystemExit(f"deploy of {nodes} nodes failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    apply_role(cluster)
+    return cluster
+
+
+def quick_latency(cluster: Cluster, nodes: int, repeat: int) -> list[float]:
+    from hpckit.lab.provider import lab_exec
+
+    times = []
+    for _ in range(repeat):
+        for i in range(1, nodes + 1):
+            start = time.monotonic()
+            done = lab_exec(cluster.name, f"node{i}", [HEALTH, "check", "--tier", "quick", "--act"], timeout=120)
+            times.append(time.monotonic() - start)
+            if done.returncode != 0 or "quick tier" not in done.stdout:
+                raise SystemExit(f"quick tier on node{i} failed: {done.stdout}{done.stderr}")
+    return times
+
+
+def sweep_times(cluster: Cluster, repeat: int) -> list[tuple[float, float]]:
+    """(wall seconds seen from the login node, the sweep's own seconds) per run."""
+    out = []
+    for _ in range(repeat):
+        start = time.monotonic()
+        done = cluster.on("login", HEALTH, "sweep", "--json", timeout=900)
+        wall = time.monotonic() - start
+        summary: dict[str, Any] = json.loads(done.stdout)
+        jobs = [s for s in summary["sources"].values() if s.startswith("job")]
+        if len(jobs) != len(summary["sources"]):
+            raise SystemExit(f"not every node ran its job: {summary['sources']}")
+        out.append((wall, float(summary["seconds"])))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--no-record", action="store_true")
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="hpckit-bench-health-"))
+    results: dict[int, list[tuple[float, float]]] = {}
+    quick: list[float] = []
+    for nodes in (4, 16):
+        cluster = up(tmp, nodes)
+        try:
+            if nodes == 4:
+                quick = quick_latency(cluster, nodes, args.repeat)
+            cluster.on("login", HEALTH, "sweep", timeout=900)  # warm-up: first job start, pandas import cache
+            results[nodes] = sweep_times(cluster, args.repeat)
+        finally:
+            cluster.destroy()
+    body = report(quick, results, args.repeat)
+    print(body)
+    if not args.no_record:
+        record("health", body)
+
+
+def report(quick: list[float], sweeps: dict[int, list[tuple[float, float]]], repeat: int) -> str:
+    median = {n: statistics.median(w for w, _ in runs) for n, runs in sweeps.items()}
+    inner = {n: statistics.median(s for _, s in runs) for n, runs in sweeps.items()}
+    ratio = median[16] / median[4]
+    q_med, q_max = statistics.median(quick), max(quick)
+    return "\n".join(
+        [
+            "## Health checks on the lab (`benchmarks/bench_health.py`)",
+            "",
+            f"Quick tier (HealthCheckProgram, `--act`), {len(quick)} runs on 4 nodes ({repeat} each), "
+            "timed from outside the node (process start to exit). Target <= 2 s.",
+            "",
+            "| quick tier | median | max | verdict |",
+            "| --- | --- | --- | --- |",
+            f"| per node run | {q_med:.2f} s | {q_max:.2f} s | {'ok' if q_max <= 2.0 else 'over'} |",
+            "",
+            f"Nightly sweep from the login node, median of {repeat} after one warm-up; every node ran its job. "
+            "Target 16 nodes <= 1.3x 4 nodes.",
+            "",
+            "| nodes | sweep wall (login) | sweep's own time |",
+            "| --- | --- | --- |",
+            *(f"| {n} | {median[n]:.2f} s | {inner[n]:.2f} s |" for n in sorted(median)),
+            f"| 16 / 4 | {ratio:.2f}x | {'ok' if ratio <= 1.3 else 'over'} |",
+            "",
+            "All lab nodes share this machine's cores, so the 16-node sweep runs 16 node jobs (python start-up, "
+            "checks, slurmstepd) on the same 2 cores that 4 share; on a real cluster each node brings its own.",
+        ]
+    )
+
+
+if __name__ == "__main__":
+    main()

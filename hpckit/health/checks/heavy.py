@@ -1,0 +1,79 @@
+"""The nightly tier: GEMM throughput, device memory copy bandwidth and NCCL all_reduce, judged against the
+hardware table (peak figure x the type's health fraction, minus its tolerance)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from hpckit.health.context import Context
+from hpckit.health.gpubench import BenchReport, BenchUnavailable
+from hpckit.health.model import Bounds, Measure, absent, judge, ok
+from hpckit.health.registry import check
+
+
+def _report(ctx: Context, metric: str) -> BenchReport | Measure | None:
+    """The bench results, an 'absent' row when they cannot run here, or None on a CPU node."""
+    if not ctx.expected_gpus() and not ctx.gpus().usable:
+        return None
+    try:
+        return ctx.bench()
+    except BenchUnavailable as exc:
+        return absent(metric, str(exc))
+
+
+@check("gpu.gemm", tier="nightly")
+def gemm(ctx: Context) -> Iterator[Measure]:
+    """bf16 GEMM TFLOP/s per GPU vs the type's dense bf16 peak x gemm_fraction."""
+    report = _report(ctx, "gemm")
+    if not isinstance(report, BenchReport):
+        yield from [report] if report else []
+        return
+    entry = ctx.gpu_type()
+    peak = entry.bf16_dense_tflops if entry else None
+    health = entry.health if entry else None
+    for gpu in report.gpus:
+        metric, value = f"gpu{gpu.index}.tflops", round(gpu.gemm_tflops, 1)
+        if peak is None or health is None:
+            yield ok(metric, value, "TFLOP/s", f"{gpu.name}: no bf16 figure in the hardware table; history only")
+            continue
+        bounds = Bounds(peak * health.gemm_fraction, rel=health.tolerance, side="low")
+        yield judge(metric, value, "TFLOP/s", bounds, "gemm-slow", what=f"gpu{gpu.index} bf16 GEMM")
+
+
+@check("gpu.copy", tier="nightly")
+def copy(ctx: Context) -> Iterator[Measure]:
+    """Device-to-device copy GB/s per GPU vs the type's memory bandwidth x copy_fraction."""
+    report = _report(ctx, "copy")
+    if not isinstance(report, BenchReport):
+        yield from [report] if report else []
+        return
+    entry = ctx.gpu_type()
+    peak = entry.mem_bw_gbps if entry else None
+    health = entry.health if entry else None
+    for gpu in report.gpus:
+        metric, value = f"gpu{gpu.index}.copy", round(gpu.copy_gbps, 1)
+        if peak is None or health is None:
+            yield ok(metric, value, "GB/s", f"{gpu.name}: no bandwidth figure in the hardware table; history only")
+            continue
+        bounds = Bounds(peak * health.copy_fraction, rel=health.tolerance, side="low")
+        yield judge(metric, value, "GB/s", bounds, "copy-slow", what=f"gpu{gpu.index} device copy")
+
+
+@check("gpu.nccl", tier="nightly")
+def nccl(ctx: Context) -> Iterator[Measure]:
+    """Single-node NCCL all_reduce bus bandwidth vs the type's NVLink figure (without NVLS)."""
+    report = _report(ctx, "busbw")
+    if not isinstance(report, BenchReport):
+        yield from [report] if report else []
+        return
+    if report.nccl_busbw_gbps is None:
+        yield absent("busbw", report.nccl_detail)
+        return
+    value = round(report.nccl_busbw_gbps, 1)
+    entry = ctx.gpu_type()
+    figure = entry.nvlink_busbw_gbps.plain if entry and entry.nvlink_busbw_gbps else None
+    if figure is None or entry is None or entry.health is None:
+        yield ok("busbw", value, "GB/s", f"{report.nccl_detail}: no NVLink figure to judge against; history only")
+        return
+    bounds = Bounds(figure, rel=entry.health.tolerance, side="low")
+    yield judge("busbw", value, "GB/s", bounds, "nccl-slow", what=report.nccl_detail)

@@ -1,0 +1,57 @@
+"""Test doubles for the health flows: a Slurm that answers sinfo/scontrol from a dict."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from hpckit.slurm.transport import CommandResult
+
+
+@dataclass
+class FakeNode:
+    state: str = "idle"
+    reason: str = ""
+    flags: str = ""
+    partition: str = "gpu*"
+
+
+@dataclass
+class FakeSlurm:
+    """Answers `sinfo -h -N -o '%N|%T|%P|%E' [-n a,b]` and `scontrol update nodename=X state=...`."""
+
+    nodes: dict[str, FakeNode] = field(default_factory=dict)
+    updates: list[tuple[str, ...]] = field(default_factory=list)
+    where: str = "fake"
+    broken: bool = False  # every command fails (munge down on this node)
+
+    @classmethod
+    def of(cls, *names: str) -> FakeSlurm:
+        return cls({n: FakeNode() for n in names})
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: str | None = None,
+        timeout: float | None = 60.0,
+        env: Mapping[str, str] | None = None,
+    ) -> CommandResult:
+        args = tuple(argv)
+        if self.broken:
+            return CommandResult(args, 1, "", "Invalid authentication credential", self.where)
+        if args[0] == "sinfo":
+            wanted = args[args.index("-n") + 1].split(",") if "-n" in args else list(self.nodes)
+            lines = [f"{n}|{s.state}{s.flags}|{s.partition}|{s.reason}" for n, s in self.nodes.items() if n in wanted]
+            return CommandResult(args, 0, "\n".join(lines) + "\n", "", self.where)
+        if args[:2] == ("scontrol", "update"):
+            self.updates.append(args)
+            fields = dict(a.split("=", 1) for a in args[2:])
+            node = self.nodes[fields["nodename"]]
+            if fields["state"] == "drain":
+                node.state = "drained" if node.state in ("idle", "drained") else "draining"
+                node.reason = fields["reason"]
+            elif fields["state"] == "resume":
+                node.state, node.reason = "idle", ""
+            return CommandResult(args, 0, "", "", self.where)
+        return CommandResult(args, 127, "", f"{args[0]}: not faked", self.where)

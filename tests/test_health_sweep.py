@@ -1,0 +1,292 @@
+"""The sweep on a faked Slurm: the lab's acceptance scenarios without the lab (jobs answered by recorded
+nodes), then history, drift, the report and the Prometheus textfile."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from hpckit.cli.health import _node_json
+from hpckit.health import history, report
+from hpckit.health.config import GpuExpect, Mount, NodeConfig
+from hpckit.health.model import Row, Status
+from hpckit.health.node import NodeRunOptions, check_node
+from hpckit.health.policy import Action
+from hpckit.health.probe import ProbeError
+from hpckit.health.recorded import RecordedProbe, healthy_node
+from hpckit.health.store import Store
+from hpckit.health.sweep import JobResult, SweepOptions, SweepResult, parse_job_output, sweep
+from tests.health_fakes import FakeNode, FakeSlurm
+
+NODES = ("node1", "node2", "node3", "node4")
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> NodeConfig:
+    return NodeConfig(
+        store=str(tmp_path / "store"),
+        state_dir=str(tmp_path / "local"),
+        gpus=GpuExpect("lab", 4),
+        mounts=(Mount("/shared", "/shared"),),
+        command=("/etc/hpckit/hpckit-health",),
+    )
+
+
+class Lab:
+    """Four recorded nodes behind a faked Slurm; jobs run the nightly tier on the recorded node."""
+
+    def __init__(self, config: NodeConfig) -> None:
+        self.config = config
+        self.probes: dict[str, RecordedProbe] = {n: healthy_node(n) for n in NODES}
+        self.slurm = FakeSlurm.of(*NODES)
+        self.jobs: list[str] = []
+        self.clock = 1_800_000_000.0
+
+    def runner(self, node: str, partition: str | None) -> JobResult:
+        self.jobs.append(node)
+        probe = self.probes[node]
+        if node == "broken-job":
+            return JobResult(node, [], "srun: error: Unable to create step")
+        local = dataclasses.replace(self.config, state_dir=f"{self.config.state_dir}/{node}")
+        node_report = check_node(local, NodeRunOptions(tier="nightly", store=False), probe)
+        rows = parse_job_output("some login banner\n" + json.dumps(_node_json(node_report)) + "\n", node)
+        return JobResult(node, rows, None, 0.5)
+
+    def quick(self, node: str, act: bool = False) -> None:
+        """The node's HealthCheckProgram run; without ``act`` it cannot reach Slurm (munge down)."""
+        local = dataclasses.replace(self.config, state_dir=f"{self.config.state_dir}/{node}")
+        self.probes[node].clock = self.clock
+        check_node(local, NodeRunOptions(tier="quick", act=act), self.probes[node], self.slurm)
+
+    def sweep(self, **opts: object) -> SweepResult:
+        self.clock += 60  # quick verdicts of a minute ago are fresh
+        for probe in self.probes.values():
+            probe.clock = self.clock
+        options = SweepOptions(**opts)  # type: ignore[arg-type]
+        return sweep(self.config, options, self.slurm, self.runner, now=lambda: self.clock)
+
+    def reasons(self) -> dict[str, str]:
+        return {n: s.reason for n, s in self.slurm.nodes.items() if s.state in ("drained", "draining")}
+
+
+@pytest.fixture
+def lab(config: NodeConfig) -> Lab:
+    return Lab(config)
+
+
+def plant(lab: Lab, node: str, fault: str) -> None:
+    probe = lab.probes[node]
+    if fault == "munge":
+        probe.procs = [p for p in probe.procs if p.comm != "munged"]
+    elif fault == "shared-ro":
+        probe.writes["/shared"] = ProbeError("write test in /shared: Read-only file system")
+    elif fault == "gpu":
+        probe.char_devices.discard("/dev/nvidia2")
+        probe.dirs["/dev"].remove("nvidia2")
+
+
+def fix(lab: Lab, node: str) -> None:
+    lab.probes[node] = healthy_node(node)
+
+
+def test_clean_sweep_all_ok_nothing_drained_history_grows(lab: Lab, config: NodeConfig) -> None:
+    result = lab.sweep()
+    assert sorted(lab.jobs) == list(NODES) and lab.slurm.updates == []
+    problems = [r for r in result.rows if r.status != Status.OK and r.fault != "absent"]
+    assert problems == []
+    assert {d.action for d in result.outcome.decisions} == {Action.NONE}
+    store = Store(config.store)
+    assert len(history.run_ids(store)) == 1
+    lab.sweep()
+    assert len(history.run_ids(store)) == 2
+    assert store.read_verdict("latest", "node3") is not None and store.read_verdict("nightly", "node3") is not None
+    prom = store.path("metrics", "hpckit_health.prom").read_text()
+    assert 'hpckit_health_status{node="node1",check="host.munge",metric="running"} 0' in prom
+    assert "hpckit_health_last_sweep_timestamp_seconds" in prom
+
+
+def test_planted_faults_drain_exactly_those_nodes_with_the_right_reasons(lab: Lab) -> None:
+    lab.slurm.nodes["node4"] = FakeNode("drained", "admin: BIOS update")
+    plant(lab, "node1", "munge")
+    plant(lab, "node2", "shared-ro")
+    plant(lab, "node3", "gpu")
+    lab.quick("node1")  # its HealthCheckProgram saw munge down (and could not drain itself)
+    result = lab.sweep()
+    assert lab.reasons() == {
+        "node1": "hpckit:munge-down:host.munge",
+        "node2": "hpckit:mount-unwritable:host.mounts",
+        "node3": "hpckit:gpu-missing:gpu.count",
+        "node4": "admin: BIOS update",
+    }
+    assert "node1" not in lab.jobs  # no job is sent to a node whose munge is down
+    assert "node4" in result.skipped and "admin: BIOS update" in result.skipped["node4"]
+    assert all(a.done for a in result.applied) and len(result.applied) == 3
+    text = report.render_sweep(result, history.load_history(Store(lab.config.store)))
+    table = text.split("\n\n")[1].splitlines()
+    assert [line.split()[:2] for line in table[1:]] == [
+        ["FAIL", "node1"],
+        ["FAIL", "node2"],
+        ["FAIL", "node3"],
+    ]  # failing nodes first; node4 (admin-drained) was not checked at all
+    assert "hpckit:gpu-missing:gpu.count" in text and "/dev/nvidia2" in text
+
+
+def test_fixed_nodes_resume_after_n_passes(lab: Lab) -> None:
+    plant(lab, "node2", "shared-ro")
+    plant(lab, "node3", "gpu")
+    lab.sweep()
+    assert set(lab.reasons()) == {"node2", "node3"}
+    fix(lab, "node2")
+    fix(lab, "node3")
+    # Drained nodes get no job, and the sweep does not resume on stored verdicts: each node's own quick
+    # tier (slurmd runs it on drained nodes too) resumes it after resume_after clean runs.
+    lab.quick("node2", act=True)
+    lab.quick("node3", act=True)
+    result = lab.sweep()
+    assert set(lab.reasons()) == {"node2", "node3"}
+    assert {d.action for d in result.outcome.decisions if d.node in ("node2", "node3")} == {Action.KEEP}
+    lab.quick("node2", act=True)
+    lab.quick("node3", act=True)
+    assert lab.reasons() == {}
+    assert [u[-1] for u in lab.slurm.updates[-2:]] == ["state=resume", "state=resume"]
+
+
+def test_same_fault_on_three_of_four_trips_the_breaker(lab: Lab) -> None:
+    for node in ("node1", "node2", "node3"):
+        plant(lab, node, "shared-ro")
+    result = lab.sweep()
+    assert lab.slurm.updates == [] and lab.reasons() == {}
+    (trip,) = result.outcome.trips
+    assert trip.check == "host.mounts" and trip.failing == ("node1", "node2", "node3")
+    text = report.render_sweep(result)
+    assert "circuit breaker: 3 of 4 checked nodes (75%) fail host.mounts" in text
+    assert "configuration regression" in text
+    assert 'hpckit_health_circuit_breaker_tripped{check="host.mounts"} 3' in report.prometheus_text(result)
+
+
+def test_a_job_that_cannot_run_is_unknown_and_escalates(lab: Lab) -> None:
+    original: Callable[[str, str | None], JobResult] = lab.runner
+
+    def failing(node: str, partition: str | None) -> JobResult:
+        if node == "node2":
+            return JobResult(node, [], "srun: error: Unable to allocate resources: Requested node config unavailable")
+        return original(node, partition)
+
+    lab.runner = failing  # type: ignore[method-assign]
+    results = [lab.sweep() for _ in range(lab.config.policy.escalate_unknown_after)]
+    assert lab.slurm.updates == []
+    (row,) = [r for r in results[0].rows if r.node == "node2"]
+    assert (row.check, row.status, row.fault) == ("health.job", Status.UNKNOWN, "job-failed")
+    assert [len(r.outcome.escalations) for r in results] == [0, 0, 1]
+    assert "ESCALATED node2 health.job" in report.render_sweep(results[-1])
+
+
+def test_busy_and_unreachable_nodes(lab: Lab) -> None:
+    lab.slurm.nodes["node1"].state = "mixed"  # running a job: its fresh quick verdict stands in
+    lab.slurm.nodes["node2"].state = "allocated"  # busy, no fresh verdict: skipped
+    lab.slurm.nodes["node3"] = FakeNode("down", "Not responding", "*")
+    lab.quick("node1")
+    result = lab.sweep()
+    assert lab.jobs == ["node4"]
+    assert result.sources["node1"].startswith("quick verdict")
+    assert set(result.skipped) == {"node2", "node3"} and "Not responding" in result.skipped["node3"]
+
+
+def test_dry_run_stores_and_drains_nothing(lab: Lab, config: NodeConfig) -> None:
+    plant(lab, "node3", "gpu")
+    result = lab.sweep(dry_run=True)
+    assert lab.slurm.updates == [] and not Path(config.store).exists()
+    decision = result.outcome.decision("node3")
+    assert decision.action is Action.DRAIN and not decision.enforce
+    assert "would drain" in report.render_sweep(result)
+
+
+def test_sweep_of_some_nodes_and_unknown_names(lab: Lab) -> None:
+    lab.sweep(nodes=["node2", "node3"])
+    assert sorted(lab.jobs) == ["node2", "node3"]
+    from hpckit.errors import InputError
+
+    with pytest.raises(InputError, match="no node node9"):
+        lab.sweep(nodes=["node9"])
+
+
+def test_disabled_check_in_a_sweep(lab: Lab) -> None:
+    plant(lab, "node3", "gpu")
+    lab.sweep(disabled=["gpu.count"])
+    assert lab.reasons() == {}
+
+
+def test_stored_run_reads_back_for_the_report(lab: Lab, config: NodeConfig) -> None:
+    plant(lab, "node3", "gpu")
+    result = lab.sweep()
+    loaded = report.load_result(Store(config.store))
+    assert loaded.run_id == result.run_id and len(loaded.rows) == len(result.rows)
+    assert loaded.outcome.decision("node3").reason == "hpckit:gpu-missing:gpu.count"
+    assert {(r.node, r.check, r.metric, r.status) for r in loaded.rows} == {
+        (r.node, r.check, r.metric, r.status) for r in result.rows
+    }
+    assert "node3" in report.render_sweep(loaded)
+
+
+def test_textfile_option(lab: Lab, tmp_path: Path) -> None:
+    target = tmp_path / "node_exporter" / "hpckit_health.prom"
+    lab.sweep(textfile=str(target))
+    assert target.read_text().startswith("# HELP hpckit_health_status")
+
+
+# --- history: fleet medians and drift -------------------------------------------------------------------
+
+
+def _rows(run: int, write_s: dict[str, float]) -> list[Row]:
+    return [Row(n, "host.mounts", "/shared", Status.OK, s, "s", time=1.7e9 + run) for n, s in write_s.items()] + [
+        Row(n, "gpu.gemm", f"gpu{g}.tflops", Status.OK, 700.0 + g, "TFLOP/s") for n in write_s for g in range(2)
+    ]
+
+
+def test_fleet_medians_pool_per_gpu_metrics() -> None:
+    frame = history.rows_frame(_rows(0, {"a": 0.001, "b": 0.003, "c": 0.002}), "r0", 1.7e9)
+    medians = history.fleet_medians(frame).set_index(["check", "metric"])
+    assert medians.loc[("host.mounts", "/shared"), "median"] == pytest.approx(0.002)
+    assert medians.loc[("gpu.gemm", "gpu*.tflops"), "nodes"] == 3
+
+
+def test_drift_flags_a_node_moving_away_from_its_own_history(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    for run in range(5):
+        history.append_run(
+            store, f"2026110{run}T000000Z", 1.7e9 + run, _rows(run, {"a": 0.002, "b": 0.0021 + run * 1e-5})
+        )
+    past = history.load_history(store)
+    assert past["run_id"].nunique() == 5 and str(past["time"].dt.tz) == "UTC"
+    now = history.rows_frame(_rows(9, {"a": 0.0021, "b": 0.009}), "r9", 1.7e9 + 9)
+    drifting = history.drift(now, past)
+    assert list(drifting["node"]) == ["b"] and drifting.loc[0, "change"] > 2
+    assert history.drift(now, past.iloc[0:0]).empty
+
+
+def test_drift_needs_enough_history() -> None:
+    past = history.rows_frame(_rows(0, {"a": 0.002}), "r0", 1.7e9)
+    now = history.rows_frame(_rows(1, {"a": 0.2}), "r1", 1.7e9)
+    assert history.drift(now, past).empty
+
+
+def test_report_shows_drift(tmp_path: Path, lab: Lab, config: NodeConfig) -> None:
+    for _ in range(4):
+        lab.sweep()
+    lab.probes["node2"].writes["/shared"] = 0.8  # slower than its own past, still under the warn limit
+    result = lab.sweep()
+    text = report.render_sweep(result, history.load_history(Store(config.store)))
+    assert "drifting from their own history" in text
+    line = next(x for x in text.splitlines() if x.startswith("node2"))
+    assert "host.mounts" in line
+
+
+def test_history_frame_types() -> None:
+    frame = history.rows_frame([Row("a", "c", "m", Status.FAIL, None, fault="f")], "r", 1.7e9)
+    assert frame.loc[0, "status"] == "FAIL" and pd.isna(frame.loc[0, "value"])
+    assert list(frame.columns) == history.COLUMNS
