@@ -88,7 +88,7 @@ def probes_for(plan: HostPlan) -> list[Probe]:
         Probe("os", ("cat", "/etc/os-release")),
         Probe("users", ("getent", "passwd", *ACCOUNTS)),
         Probe("groups", ("getent", "group", *ACCOUNTS)),
-        Probe("time_sync", ("python3", "-c", _ADJTIMEX), "adjtimex(2) state (timedatectl show -p NTPSynchronized)"),
+        Probe("time_sync", ("python3", "-c", _ADJTIMEX), "timedatectl show -p NTPSynchronized"),
         Probe("clock", ("date", "+%s.%N")),
     ]
     if plan.role == "compute":
