@@ -8,7 +8,9 @@ from pathlib import Path
 from hpckit.blueprint.models import Blueprint, StaticProvider
 from hpckit.deploy.inventory import SshAccess, host_entries
 from hpckit.lab.blueprint import spec_from_blueprint
-from hpckit.lab.provider import lab_up, ssh_identity
+from hpckit.lab.errors import LabError
+from hpckit.lab.provider import lab_status, lab_up, ssh_identity
+from hpckit.lab.spec import LabSpec
 from hpckit.slurm.transport import SshTransport
 
 
@@ -29,6 +31,15 @@ def ssh_transport(access: SshAccess, address: str, where: str) -> SshTransport:
     return SshTransport(address, access.user, access.port, key, known, where=where)
 
 
+def _lab_running(spec: LabSpec) -> bool:
+    """Every node's machine runs. A node whose sshd is down stays so: deploy reports it, it does not heal it."""
+    try:
+        status = lab_status(spec.cluster, spec.state_root)
+    except LabError:
+        return False
+    return {n.name for n in status.nodes if n.up} == {n.name for n in spec.nodes}
+
+
 def prepare_target(bp: Blueprint, *, bring_up_lab: bool = True) -> Target:
     """For a lab blueprint, bring the lab up (idempotent) and use its SSH identity."""
     addresses = {e.name: e.address or e.name for e in host_entries(bp)}
@@ -37,7 +48,7 @@ def prepare_target(bp: Blueprint, *, bring_up_lab: bool = True) -> Target:
         key = str(Path(ssh.key).expanduser()) if ssh.key else None
         return Target(bp.cluster_name, SshAccess(ssh.user, ssh.port, key), addresses, lab=False)
     spec = spec_from_blueprint(bp)
-    if bring_up_lab:
+    if bring_up_lab and not _lab_running(spec):
         lab_up(spec)
     ident = ssh_identity(spec.cluster, spec.state_root)
     access = SshAccess(ident.user, 22, str(ident.private_key), str(ident.known_hosts))
