@@ -31,7 +31,7 @@ def test_tallies_failures_and_censored_messages() -> None:
 
 def test_diffs_are_collected() -> None:
     tr = Tracker()
-    diff = {"before": "a\n", "after": "b\n", "before_header": "/etc/slurm/slurm.conf"}
+    diff = {"before": "a\n", "after": "b\n", "before_header": "/etc/slurm/slurm.conf", "after_header": "/tmp/x.j2"}
     tr.feed(ev("runner_on_ok", host="ctl", task="slurm.conf", changed=True, diff=[diff]))
     tr.feed(ev("runner_on_ok", host="ctl", task="same", diff={"before": "x", "after": "x"}))
     assert [(d.host, d.path) for d in tr.diffs] == [("ctl", "/etc/slurm/slurm.conf")]

@@ -118,6 +118,25 @@ def test_unreachable_node_fails_alone_then_converges(lab: Lab) -> None:
     assert healed.rc == 0, healed.stdout + healed.stderr
 
 
+def test_plan_shows_labelled_diffs_and_changes_nothing(lab: Lab) -> None:
+    clean = hpckit("plan", str(lab.blueprint), "--json", state=lab.state)
+    assert clean.rc == 0, clean.stdout + clean.stderr
+    assert clean.json()["changes"] == []
+    live = lab.on("ctl", "cat", "/etc/slurm/slurm.conf")
+    edited = lab.blueprint.with_name("edited.yaml")
+    edited.write_text(lab.blueprint.read_text().replace("batch_sched_delay=0", "batch_sched_delay=1"))
+    plan = hpckit("plan", str(edited), "--json", state=lab.state)
+    assert plan.rc == 0, plan.stdout + plan.stderr
+    report = plan.json()
+    assert report["changes"] == [
+        {"file": "/etc/slurm/slurm.conf", "what": "schedulerparameters changed", "action": "live scontrol reconfigure"}
+    ]
+    diffs = report["diffs"]
+    assert isinstance(diffs, list) and {d["host"] for d in diffs} == set(HOSTS)
+    assert "batch_sched_delay=1" in diffs[0]["after"] and "batch_sched_delay=0" in diffs[0]["before"]
+    assert lab.on("ctl", "cat", "/etc/slurm/slurm.conf") == live
+
+
 def test_destroy_leaves_nothing_behind(lab: Lab) -> None:
     status = provider.lab_status(NAME)
     pids = [n.pid for n in status.nodes if n.pid]

@@ -15,6 +15,7 @@ from hpckit.blueprint import Blueprint, load_blueprint
 from hpckit.blueprint.models import LabProvider
 from hpckit.cli.blueprint import site_option
 from hpckit.deploy.apply import DeployOptions, DeployResult, deploy, plan
+from hpckit.deploy.changes import overall, plan_changes
 from hpckit.deploy.events import ConfigDiff, Tracker
 from hpckit.deploy.progress import Progress, tally_table
 from hpckit.errors import InputError
@@ -76,13 +77,22 @@ def plan_cmd(blueprint: Path, site_files: tuple[Path, ...], as_json: bool) -> No
     bp = _load(blueprint, site_files)
     tracker = Tracker()
     outcome = plan(bp, tracker, lambda event: tracker.feed(event))
+    changes = plan_changes(tracker.diffs)
     if as_json:
-        diffs = [d.__dict__ for d in tracker.diffs]
-        click.echo(
-            json.dumps({"status": outcome.status, "diffs": diffs, "failures": [str(f) for f in tracker.failures]})
-        )
+        report = {
+            "status": outcome.status,
+            "action": overall(changes).label,
+            "changes": [{"file": c.file, "what": c.what, "action": c.action.label} for c in changes],
+            "diffs": [d.__dict__ for d in tracker.diffs],
+            "failures": [str(f) for f in tracker.failures],
+        }
+        click.echo(json.dumps(report))
     else:
         _print_diffs(tracker.diffs)
+        for change in changes:
+            click.echo(f"{change.action.label:<26} {change.file}: {change.what}")
+        if changes:
+            click.echo(f"applying this plan needs: {overall(changes).label}")
         for failure in tracker.failures:
             click.echo(f"cannot plan {failure}", err=True)
     sys.exit(0 if tracker.ok else 1)

@@ -103,7 +103,8 @@ class Tracker:
         for item in diff if isinstance(diff, list) else [diff] if isinstance(diff, dict) else []:
             before, after = item.get("before", ""), item.get("after", "")
             if isinstance(before, str) and isinstance(after, str) and before != after:
-                path = str(item.get("after_header") or item.get("before_header") or res.get("dest") or "?")
+                # after_header is often the template's temporary copy; the destination names the live file.
+                path = str(res.get("dest") or item.get("before_header") or item.get("after_header") or "?")
                 self.diffs.append(ConfigDiff(host, task, path, before, after))
 
     @property
