@@ -156,6 +156,30 @@ def test_dry_run_changed_nothing(lab: Lab, dry_run: dict[tuple[str, str], str]) 
         assert done.rc != 0 and done.stdout == "", (host, done.stdout)
 
 
+# A real run limited to what the lab may do for real: gres.conf for its emulated GPUs and the filesystem checks
+# (no package, no fabric, no containers).
+LAB_REAL: dict[str, Any] = {
+    "infiniband_hcas": [],
+    "enroot_pyxis_enroot": False,
+    "enroot_pyxis_pyxis": False,
+}
+
+
+def test_real_run_is_idempotent_and_writes_gres_for_the_emulated_gpus(lab: Lab) -> None:
+    first, outcome = lab.play("gpu_roles_check.yml", LAB_REAL, check=False)
+    assert outcome.status == "successful" and first.ok, [str(f) for f in first.failures]
+    assert {h for h, t in first.hosts.items() if t.changed} == {"node1", "node2"}  # gres.conf, once
+    again, outcome = lab.play("gpu_roles_check.yml", LAB_REAL, check=False)
+    assert outcome.status == "successful" and again.ok
+    assert {h: t.changed for h, t in again.hosts.items()} == dict.fromkeys(HOSTS, 0)
+    gres = lab.on("node1", "cat", "/etc/slurm/gres.conf").stdout
+    assert gres.splitlines()[2:] == [
+        "Name=gpu Type=h100 File=/dev/nvidia[0-3] Cores=0-55",
+        "Name=gpu Type=h100 File=/dev/nvidia[4-7] Cores=56-111",
+    ]
+    assert lab.on("ctl", "test", "-e", "/etc/slurm/gres.conf").rc != 0  # no GPUs there
+
+
 def test_shared_filesystems_are_mounted_writable_and_shared(lab: Lab) -> None:
     """A real run in bind mode: only checks, so a second run changes nothing either."""
     for _ in range(2):
