@@ -152,3 +152,18 @@ def test_topology_for_the_recorded_fabric_keeps_only_slurm_nodes() -> None:
     ]
     assert "node0" not in conf and "login01" not in conf and "controller" not in conf
     assert topology_for(text, ["somewhere-else"]) == ""
+
+
+def test_proposed_blueprint_fields_are_read_once_the_model_has_them() -> None:
+    from types import SimpleNamespace
+
+    from hpckit.deploy.gpu_vars import pinned_driver
+
+    assert pinned_driver(SimpleNamespace(driver="550.127.08")) == "550.127.08"  # type: ignore[arg-type]
+    assert pinned_driver(SimpleNamespace()) == ""  # type: ignore[arg-type]
+    bp = load_blueprint(Path(__file__).resolve().parent.parent / "blueprints" / "h100-ib.yaml")
+    ev = gpu_extravars(bp)
+    assert ev["enroot_pyxis_smoke_image"] == "" and ev["enroot_pyxis_hook_sources"] == {}
+    assert "nvidia_dcgm" not in gpu_host_vars(bp, "gpu001") and "nvidia_driver_version" not in gpu_host_vars(
+        bp, "gpu001"
+    )

@@ -64,6 +64,8 @@ def _node_vars(bp: Blueprint, part: Partition) -> dict[str, Any]:
         driver = pinned_driver(hw.gpus)
         if driver:
             out["nvidia_driver_version"] = driver
+        if _proposed(hw.gpus, "dcgm", False):
+            out["nvidia_dcgm"] = True
     if hw.infiniband is not None:
         out["infiniband_hcas"] = list(hw.infiniband.hcas)
         out["infiniband_rate_gbps"] = hw.infiniband.rate_gbps
@@ -78,11 +80,16 @@ def _is_login(bp: Blueprint, host: str) -> bool:
     return any(h.host == host for h in bp.login)
 
 
+def _proposed(model: object, field: str, default: Any) -> Any:
+    """A blueprint field proposed for these roles that the model may not have yet (read as its default until
+    it does): hardware.gpus.driver and .dcgm, containers.smoke_image, containers.enroot.hooks."""
+    value = getattr(model, field, None)
+    return default if value is None else value
+
+
 def pinned_driver(gpus: Gpus) -> str:
-    """The driver version a partition pins ("" = any). Read defensively: the field is a proposal
-    (``hardware.gpus.driver``) the blueprint model may not have yet."""
-    value = getattr(gpus, "driver", None)
-    return str(value) if value else ""
+    """The driver version a partition pins (``hardware.gpus.driver``; "" = any)."""
+    return str(_proposed(gpus, "driver", ""))
 
 
 # --- nvidia: gres.conf devices ---------------------------------------------------------------------------
@@ -161,6 +168,8 @@ def _container_vars(bp: Blueprint) -> dict[str, Any]:
         "enroot_pyxis_pyxis_version": pyxis.version,
         "enroot_pyxis_pyxis_source": pyxis.source or "",
         "enroot_pyxis_smoke_partitions": [p.name for p in bp.partitions if bp.containers_on(p)],
+        "enroot_pyxis_smoke_image": str(_proposed(bp.containers, "smoke_image", "")),
+        "enroot_pyxis_hook_sources": dict(_proposed(enroot, "hooks", {})),
     }
 
 
