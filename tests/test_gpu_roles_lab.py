@@ -16,7 +16,7 @@ import pytest
 
 from hpckit.blueprint import Blueprint, load_blueprint
 from hpckit.deploy.events import Tracker
-from hpckit.deploy.gpu_vars import gpu_extravars, gpu_host_vars
+from hpckit.deploy.gpu_vars import merge_gpu_vars
 from hpckit.deploy.inventory import build_extravars, build_inventory
 from hpckit.deploy.runner import PlaybookRun, RunOutcome, run_playbook
 from hpckit.deploy.targets import Target, prepare_target
@@ -45,18 +45,6 @@ class Lab:
     bp: Blueprint
     target: Target
 
-    def inventory(self) -> dict[str, Any]:
-        inventory = build_inventory(self.bp, self.target.access)
-
-        def add(group: dict[str, Any]) -> None:
-            for host, host_vars in group.get("hosts", {}).items():
-                host_vars.update(gpu_host_vars(self.bp, host))
-            for child in group.get("children", {}).values():
-                add(child)
-
-        add(inventory["all"])
-        return inventory
-
     def play(self, playbook: str, extravars: dict[str, Any], check: bool) -> tuple[Tracker, RunOutcome]:
         tracker = Tracker()
         self.diffs: dict[tuple[str, str], str] = {}
@@ -65,9 +53,11 @@ class Lab:
             tracker.feed(event)
             self._collect(event)
 
-        extra = {**build_extravars(self.bp), **gpu_extravars(self.bp), **extravars}
+        inventory, extra = merge_gpu_vars(
+            self.bp, build_inventory(self.bp, self.target.access), build_extravars(self.bp)
+        )
         run = PlaybookRun(playbook=str(DATA / playbook), check=check, diff=check, forks=8)
-        return tracker, run_playbook(self.inventory(), extra, run, sink)
+        return tracker, run_playbook(inventory, {**extra, **extravars}, run, sink)
 
     def _collect(self, event: Mapping[str, Any]) -> None:
         """Rendered files from diff events, loop items included (a lineinfile per mount point)."""

@@ -7,9 +7,10 @@
 
 from __future__ import annotations
 
+import copy
 import ipaddress
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hpckit.blueprint.models import Blueprint, Enroot, Gpus, Hardware, LabProvider, NfsFilesystem, Partition
@@ -22,6 +23,7 @@ __all__ = [
     "gpu_extravars",
     "gpu_host_vars",
     "gres_devices",
+    "merge_gpu_vars",
     "nfs_clients",
     "pinned_driver",
     "topology_for",
@@ -54,6 +56,23 @@ def gpu_host_vars(bp: Blueprint, host: str) -> dict[str, Any]:
     elif _is_login(bp, host) and any(bp.containers_on(p) for p in bp.partitions):
         out["enroot_pyxis_pyxis"] = True  # srun/sbatch on a login node parse the --container-* options
     return out
+
+
+def merge_gpu_vars(
+    bp: Blueprint, inventory: Mapping[str, Any], extravars: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The inventory and extravars that ``build_inventory`` / ``build_extravars`` made, with these roles'
+    variables added (copies; the inputs are left alone)."""
+    merged = copy.deepcopy(dict(inventory))
+
+    def add(group: dict[str, Any]) -> None:
+        for host, host_vars in group.get("hosts", {}).items():
+            group["hosts"][host] = {**(host_vars or {}), **gpu_host_vars(bp, host)}
+        for child in group.get("children", {}).values():
+            add(child)
+
+    add(merged["all"])
+    return merged, {**extravars, **gpu_extravars(bp)}
 
 
 def _node_vars(bp: Blueprint, part: Partition) -> dict[str, Any]:
