@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -60,16 +60,20 @@ class Lab:
         return tracker, run_playbook(inventory, {**extra, **extravars}, run, sink)
 
     def _collect(self, event: Mapping[str, Any]) -> None:
-        """Rendered files from diff events, loop items included (a lineinfile per mount point)."""
+        """Rendered files from diff events, loop items included (a lineinfile per mount point), filed under the
+        destination and under each diff header (a template's "after" header is its temporary copy)."""
         if event.get("event") not in ("runner_on_ok", "runner_item_on_ok"):
             return
         data = event.get("event_data") or {}
-        diff = (data.get("res") or {}).get("diff")
+        res = data.get("res") or {}
+        args = (res.get("invocation") or {}).get("module_args") or {}  # a new file's result has no "dest"
+        diff = res.get("diff")
         for item in diff if isinstance(diff, list) else [diff] if isinstance(diff, dict) else []:
             after = item.get("after")
             if isinstance(after, str) and after != item.get("before"):
-                path = str(item.get("after_header") or item.get("before_header") or "?").rsplit(": ", 1)[-1]
-                self.diffs[(str(data.get("host")), path)] = after
+                for path in (res.get("dest"), args.get("dest"), item.get("before_header"), item.get("after_header")):
+                    if path:
+                        self.diffs[(str(data.get("host")), str(path))] = after
 
     def on(self, host: str, *argv: str) -> Any:
         conn = self.target.transport(host)
@@ -97,43 +101,47 @@ def dry_run(lab: Lab) -> dict[tuple[str, str], str]:
     return lab.diffs
 
 
-def rendered(diffs: dict[tuple[str, str], str], host: str, name: str) -> str:
-    """The rendered file of a template/copy task: its diff names the template (or the destination)."""
-    found = [after for (h, path), after in diffs.items() if h == host and PurePosixPath(path).name.startswith(name)]
-    assert found, f"no diff for {name} on {host}: {sorted(p for h, p in diffs if h == host)}"
+def rendered(diffs: dict[tuple[str, str], str], host: str, path: str) -> str:
+    """What the dry run would write to ``path`` on ``host`` (lineinfile's header is "<path> (content)")."""
+    found = [after for (h, p), after in diffs.items() if h == host and (p == path or p.startswith(path + " "))]
+    assert found, f"no diff for {path} on {host}: {sorted(p for h, p in diffs if h == host)}"
     return found[0]
 
 
 def test_dry_run_shows_gres_nccl_and_topology(dry_run: dict[tuple[str, str], str]) -> None:
     for node in ("node1", "node2"):
-        gres = rendered(dry_run, node, "gres.conf")
+        gres = rendered(dry_run, node, "/etc/slurm/gres.conf")
         assert "Name=gpu Type=h100 File=/dev/nvidia[0-3] Cores=0-55\n" in gres
         assert "Name=gpu Type=h100 File=/dev/nvidia[4-7] Cores=56-111\n" in gres
-        nccl = rendered(dry_run, node, "nccl.conf")
+        nccl = rendered(dry_run, node, "/etc/nccl.conf")
         assert "NCCL_IB_HCA==mlx5_0:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_9:1,mlx5_10:1,mlx5_11:1\n" in nccl
         assert "NCCL_SOCKET_IFNAME=eth0\n" in nccl  # the interface holding the node's lab address
     for host in HOSTS:  # slurmctld's host needs topology.conf as much as the nodes
-        topology = rendered(dry_run, host, "topology.conf")
+        topology = rendered(dry_run, host, "/etc/slurm/topology.conf")
         assert "SwitchName=S-ec0d9a0300ec8480 Nodes=gpu[004-016]\n" in topology
-    assert not [p for h, p in dry_run if h in ("ctl", "login") and p.endswith(("nccl.conf.j2", "gres.conf.j2"))]
+    assert not [p for h, p in dry_run if h in ("ctl", "login") and p in ("/etc/nccl.conf", "/etc/slurm/gres.conf")]
 
 
 def test_dry_run_shows_enroot_and_pyxis(dry_run: dict[tuple[str, str], str]) -> None:
     for node in ("node1", "node2"):
-        enroot = rendered(dry_run, node, "enroot.conf")
+        enroot = rendered(dry_run, node, "/etc/enroot/enroot.conf")
         assert "ENROOT_DATA_PATH /raid/enroot/data/user-$(id -u)\n" in enroot
-        assert rendered(dry_run, node, "tmpfiles.conf").endswith("d /run/enroot 1777 root root -\n")
+        assert rendered(dry_run, node, "/etc/tmpfiles.d/enroot.conf").endswith("d /run/enroot 1777 root root -\n")
     for host in ("node1", "node2", "login"):
-        assert "include /etc/slurm/plugstack.conf.d/*.conf" in rendered(dry_run, host, "plugstack.conf")
-        assert rendered(dry_run, host, "pyxis.conf").endswith("required /usr/local/lib/slurm/spank_pyxis.so\n")
-        assert rendered(dry_run, host, "spank_pyxis.so.hpckit").startswith("pyxis 0.20.0 slurm 22.05")
+        assert "include /etc/slurm/plugstack.conf.d/*.conf" in rendered(dry_run, host, "/etc/slurm/plugstack.conf")
+        assert rendered(dry_run, host, "/etc/slurm/plugstack.conf.d/pyxis.conf").endswith(
+            "required /usr/local/lib/slurm/spank_pyxis.so\n"
+        )
+        assert rendered(dry_run, host, "/usr/local/lib/slurm/spank_pyxis.so.hpckit").startswith(
+            "pyxis 0.20.0 slurm 22.05"
+        )
     assert not [p for h, p in dry_run if h == "ctl" and "pyxis" in p]
 
 
 def test_dry_run_shows_exports_and_fstab(dry_run: dict[tuple[str, str], str]) -> None:
-    exports = rendered(dry_run, "ctl", "exports")
+    exports = rendered(dry_run, "ctl", "/etc/exports.d/hpckit.exports")
     assert exports.splitlines()[1].startswith("/hpckit-gpudev/export 10.77.10.10/31(rw,sync,no_subtree_check")
-    fstab = {host: rendered(dry_run, host, "fstab") for host in HOSTS}
+    fstab = {host: rendered(dry_run, host, "/etc/fstab") for host in HOSTS}
     assert "/hpckit-gpudev/export /hpckit-gpudev/home none bind 0 0\n" in fstab["ctl"]
     for host in ("login", "node1", "node2"):
         line = "10.77.10.10:/hpckit-gpudev/export /hpckit-gpudev/home nfs rw,hard,noatime,vers=4.2,_netdev 0 0\n"
