@@ -1,0 +1,265 @@
+"""Parser throughput against pandas.read_csv on the same rows, side by side in one run.
+
+Generates about --size-mb of realistic logs per family by repeating the real samples of
+tests/data/results with perturbed numbers (nccl-tests of every era, NeMo 2 step lines, NeMo 1 tqdm
+refreshes), parses them with hpckit.results, writes the parsed rows as CSV and times
+pandas.read_csv on that CSV.  Prints MB/s and rows/s for both and the ratios; appends a section to
+benchmarks/RESULTS.md unless --no-record.
+
+    /root/venv/bin/python benchmarks/bench_parse.py [--size-mb 100] [--repeat 3] [--no-record]
+
+Target: parser MB/s >= 0.5 x read_csv MB/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import platform
+import random
+import re
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from benchmarks._record import record  # noqa: E402  (after the path is set)
+from hpckit.results import parse_text  # noqa: E402
+
+DATA = REPO / "tests" / "data" / "results"
+RESULTS = REPO / "benchmarks" / "RESULTS.md"
+DECIMAL = re.compile(r"(?<![\w.])(\d+)\.(\d+)(?![\w.])")
+
+
+# ---------------------------------------------------------------- realistic inputs
+
+
+def _perturb_decimals(line: str, rng: random.Random) -> str:
+    """Scale every fixed-point number by a few percent, keeping its printed width and decimals."""
+
+    def scale(m: re.Match[str]) -> str:
+        decimals = len(m.group(2))
+        value = float(m.group(0)) * rng.uniform(0.95, 1.05)
+        text = f"{value:.{decimals}f}"
+        return text.rjust(len(m.group(0))) if len(text) < len(m.group(0)) else text
+
+    return DECIMAL.sub(scale, line)
+
+
+def nccl_logs(size: int, rng: random.Random) -> str:
+    """Real nccl-tests logs of every era, one after another, rows perturbed, until `size` bytes."""
+    samples = [p.read_text() for p in sorted(DATA.glob("all_*.txt"))]
+    parts: list[str] = []
+    total = 0
+    while total < size:
+        text = rng.choice(samples)
+        lines = [_perturb_decimals(ln, rng) if ln.lstrip()[:1].isdigit() else ln for ln in text.split("\n")]
+        chunk = "\n".join(lines)
+        if not chunk.endswith("\n"):
+            chunk += "\n"
+        parts.append(chunk)
+        total += len(chunk)
+    return "".join(parts)
+
+
+def nccl_long_runs(size: int, rng: random.Random) -> str:
+    """The same samples, each sweep repeated as `-N` (run_cycles) prints it: few runs, many rows."""
+    samples = [p.read_text() for p in sorted(DATA.glob("all_*.txt"))]
+    parts: list[str] = []
+    total = 0
+    while total < size:
+        lines = rng.choice(samples).split("\n")
+        rows = [i for i, ln in enumerate(lines) if _is_row(ln)]
+        if not rows:
+            continue
+        cycles = [_perturb_decimals(lines[i], rng) for _ in range(60) for i in rows]
+        chunk = "\n".join(lines[: rows[0]] + cycles + lines[rows[-1] + 1 :]) + "\n"
+        parts.append(chunk)
+        total += len(chunk)
+    return "".join(parts)
+
+
+def _is_row(line: str) -> bool:
+    body = line.split(">:", 1)[-1].lstrip()
+    body = body.split(": ", 1)[1] if body[:1].isdigit() and ": " in body[:6] else body
+    return body[:1].isdigit() and body.split(" ", 1)[0].isdigit() and len(body.split()) > 8
+
+
+def nemo2_log(size: int, rng: random.Random) -> str:
+    """NeMo 2 step lines in the real b200 sample's format, values drifting, a little noise."""
+    template = (DATA / "nemo2-b200-llama3-8b-pretrain-iterations-45-49.txt").read_text().split("\n")[0]
+    head, *segments = template.split(" | ")
+    keys = [seg.split(": ", 1)[0] for seg in segments]
+    base = {seg.split(": ", 1)[0]: float(seg.split(": ", 1)[1]) for seg in segments}
+    out: list[str] = []
+    total, step = 0, 0
+    while total < size:
+        values = {
+            "lr": f"{base['lr'] * (1 + step * 1e-4):.4g}",
+            "global_batch_size": "128",
+            "global_step": str(step),
+            "max_memory_reserved": str(int(base["max_memory_reserved"])),
+            "max_memory_allocated": str(int(base["max_memory_allocated"] * rng.uniform(0.999, 1.0))),
+            "reduced_train_loss": f"{max(11.96 - step * 1e-5, 1.0):.4g}",
+            "train_step_timing in s": f"{base['train_step_timing in s'] * rng.uniform(0.98, 1.03):.4g}",
+            "TFLOPS_per_GPU": f"{base['TFLOPS_per_GPU'] * rng.uniform(0.97, 1.02):.4g}",
+            "consumed_samples": str(128 * (step + 1)),
+        }
+        line = f"Training epoch 0, iteration {step}/999999 | " + " | ".join(f"{k}: {values[k]}" for k in keys)
+        if step % 500 == 0:
+            line += "\n[NeMo I 2025-10-01 12:00:00 nemo_logging:381] saving checkpoint"
+        out.append(line)
+        total += len(line) + 1
+        step += 1
+    del head
+    return "\n".join(out) + "\n"
+
+
+def nemo1_log(size: int, rng: random.Random) -> str:
+    """NeMo 1 tqdm refreshes (two per step, carriage-return separated) as in the a3mega sample."""
+    bar = "Epoch 0: :  47%|████▋     | {n}/99999 [06:19<07:13, reduced_train_loss={loss:.3f}, "
+    bar += "global_step={step}.0, consumed_samples={samples}.0, train_step_timing in s={t:.2f}]"
+    out: list[str] = []
+    total, step = 0, 0
+    while total < size:
+        t = 49.5 * rng.uniform(0.97, 1.03)
+        refresh = bar.format(n=step + 1, loss=11.5 - step * 1e-5, step=step, samples=2048 * (step + 1), t=t)
+        piece = refresh + "\r" + refresh + ("\n" if step % 1000 == 999 else "\r")
+        out.append(piece)
+        total += len(piece)
+        step += 1
+    return "".join(out) + "\n"
+
+
+# ---------------------------------------------------------------- timing
+
+
+@dataclass
+class Row:
+    name: str
+    log_mb: float
+    rows: int
+    parse_s: float  # best of the repeats
+    csv_mb: float
+    read_csv_s: float  # best of the repeats
+    ratios: list[float]  # MB/s ratio of each (parse, read_csv) pair, timed back to back
+
+    @property
+    def parse_mbs(self) -> float:
+        return self.log_mb / self.parse_s
+
+    @property
+    def csv_mbs(self) -> float:
+        return self.csv_mb / self.read_csv_s
+
+    @property
+    def ratio(self) -> float:
+        """Median over back-to-back pairs: on a shared machine both sides then see the same load."""
+        return statistics.median(self.ratios)
+
+    @property
+    def rows_ratio(self) -> float:
+        return self.read_csv_s / self.parse_s
+
+
+def timed(fn: Callable[[], object]) -> tuple[float, object]:
+    start = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - start, result
+
+
+def measure(name: str, kind: str, text: str, repeat: int) -> Row:
+    log_mb = len(text.encode()) / 1e6
+    _, result = timed(lambda: parse_text(text, kind))  # warm-up, and the rows for the CSV
+    frame = result.frame.drop(columns=["line"], errors="ignore")  # type: ignore[attr-defined]
+    csv = frame.to_csv(index=False)
+    csv_mb = len(csv.encode()) / 1e6
+    parse_times, read_times, ratios = [], [], []
+    for _ in range(repeat):
+        parse_s, _ = timed(lambda: parse_text(text, kind))
+        read_s, back = timed(lambda: pd.read_csv(io.StringIO(csv)))
+        assert len(back) == len(frame)  # type: ignore[arg-type]
+        parse_times.append(parse_s)
+        read_times.append(read_s)
+        ratios.append((log_mb / parse_s) / (csv_mb / read_s))
+    return Row(name, log_mb, len(frame), min(parse_times), csv_mb, min(read_times), ratios)
+
+
+# ---------------------------------------------------------------- report
+
+
+def machine() -> str:
+    cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
+    cpu = next((ln.split(":", 1)[1].strip() for ln in cpuinfo if "model name" in ln), platform.processor())
+    meminfo = Path("/proc/meminfo").read_text().splitlines()
+    mem_kb = next((int(ln.split()[1]) for ln in meminfo if ln.startswith("MemTotal")), 0)
+    load = os.getloadavg()[0]
+    return (
+        f"nproc {os.cpu_count()}, {cpu or 'unknown CPU'}, {mem_kb / 1048576:.0f} GiB RAM, "
+        f"load average {load:.1f} at the start; Python {platform.python_version()}, pandas {pd.__version__}"
+    )
+
+
+def table(rows: list[Row]) -> str:
+    lines = [
+        "| log | log MB | rows | parser MB/s | read_csv MB/s (CSV MB) | MB/s ratio | rows/s ratio |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.name} | {r.log_mb:.1f} | {r.rows:,} | {r.parse_mbs:.1f} | "
+            f"{r.csv_mbs:.1f} ({r.csv_mb:.1f}) | {r.ratio:.2f} | {r.rows_ratio:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def record_results(rows: list[Row], size_mb: float, repeat: int) -> None:
+    body = (
+        "## Parsing throughput vs pandas.read_csv (`benchmarks/bench_parse.py`)\n\n"
+        f"Machine: {machine()}.\n"
+        f"Input: ~{size_mb:g} MB per log family generated from the real samples; best of {repeat} runs.\n"
+        "MB/s columns: best of the runs. MB/s ratio = parser MB/s on the log / read_csv MB/s on the "
+        "parsed rows written as CSV, median over back-to-back pairs (target >= 0.5); rows/s ratio = "
+        "best read_csv time / best parser time for the same rows.\n\n"
+        f"{table(rows)}\n"
+    )
+    record("parse", body)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size-mb", type=float, default=100.0, help="log size per family (default 100)")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per measurement; the best counts")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--no-record", action="store_true", help="do not append to benchmarks/RESULTS.md")
+    args = ap.parse_args()
+    size = int(args.size_mb * 1e6)
+    rng = random.Random(args.seed)
+    cases: list[tuple[str, str, Callable[[int, random.Random], str]]] = [
+        ("nccl-tests, short runs back to back (all eras, INFO noise)", "nccl-tests", nccl_logs),
+        ("nccl-tests, long runs (sweeps repeated as -N cycles)", "nccl-tests", nccl_long_runs),
+        ("NeMo 2 step lines", "nemo2", nemo2_log),
+        ("NeMo 1 tqdm refreshes", "nemo1", nemo1_log),
+    ]
+    rows = []
+    for name, kind, make in cases:
+        rows.append(measure(name, kind, make(size, rng), args.repeat))
+        print(table(rows[-1:]).splitlines()[-1], flush=True)
+    print()
+    print(machine())
+    print(table(rows))
+    if not args.no_record:
+        record_results(rows, args.size_mb, args.repeat)
+        print(f"\nappended to {RESULTS.relative_to(REPO)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,223 @@
+"""One pass over nccl-tests text: which runs there are, their header lines, and their row blocks.
+
+A log is mostly NCCL INFO chatter and result rows.  Both are handled without Python touching each
+line: one compiled regex, anchored on newlines, picks out only the lines that matter and takes runs
+of consecutive result rows (and of device lines) as one block each; the blocks go to the bulk row
+reader as they are.  Python sees one match per block and one per header line.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from hpckit.results.lines import PREFIX_RE, excerpt, strip_prefix
+from hpckit.results.model import Value
+from hpckit.results.nccl_fields import BINARY, NCCL_VERSION, classify_header
+from hpckit.results.nccl_table import Schema, schema_from_header
+
+# launcher prefix (see lines.PREFIX_RE), row, device line and the `#` lines worth reading
+_PREFIX = r"(?:\[\d+,\d+\]<std(?:out|err)>:|\[default\d+\]:|[ \t]*\d+:[ \t]?)"
+_P = _PREFIX + "?"
+# a row without a prefix is tried first: it is by far the most common line worth reading
+_NUMBER_FIRST = r"[ \t]*\d[\d.eE+-]*[ \t]"
+_ROW = rf"(?:{_NUMBER_FIRST}|{_PREFIX}{_NUMBER_FIRST})[^\n]*"
+_DEVICE = _P + r"[ \t]*#[ \t]*Rank[ \t][^\n]*"
+_HASH = _P + r"[ \t]*#[ \t]*(?:nThread|nccl-tests|Collective|size\b|Out of|Avg|Writing|error:|GPU memory)[^\n]*"
+SCAN = re.compile(rf"\n(?:(?P<rows>{_ROW}(?:\n{_ROW})*)|(?P<devices>{_DEVICE}(?:\n{_DEVICE})*)|(?P<hash>{_HASH}))")
+_STARTERS = frozenset({"version", "start", "params"})
+_FOOTERS = frozenset({"oob", "avg", "end"})
+_RANK0 = re.compile(r"#\s*Rank\s+0\b")
+
+
+@dataclass
+class Chunk:
+    """Consecutive result rows as printed (launcher prefix removed), and where they start."""
+
+    text: str
+    first_line: int
+    rows: int
+
+
+@dataclass
+class Run:
+    """One invocation of an nccl-tests binary as it appears in the log."""
+
+    index: int
+    tag: int
+    start_line: int
+    info: dict[str, Value] = field(default_factory=dict)
+    device_lines: list[str] = field(default_factory=list)
+    schema: Schema | None = None
+    chunks: list[Chunk] = field(default_factory=list)
+    nrows: int = 0
+    finished: bool = False
+
+    def starts_anew(self, event: str) -> bool:
+        """Whether a header line of kind ``event`` belongs to a new run rather than this one."""
+        if self.nrows or self.schema is not None or "nthreads" in self.info:
+            return True
+        if event == "version":
+            return "nccl_tests_version" in self.info or "binary" in self.info
+        return event == "start" and "binary" in self.info
+
+    def devices(self) -> list[dict[str, Value]]:
+        rule = classify_header("#  Rank 0 device 0")
+        assert rule is not None
+        return [rule.extract(line) for line in self.device_lines]
+
+    def rank0_lines(self) -> int:
+        return sum(1 for line in self.device_lines if _RANK0.match(line))
+
+
+@dataclass
+class Scan:
+    """Everything one pass over the lines found."""
+
+    source: str
+    runs: list[Run] = field(default_factory=list)
+    current: dict[int, Run] = field(default_factory=dict)
+    nccl_version: str | None = None
+    binaries: list[str] = field(default_factory=list)
+    param_lines: list[tuple[int, str]] = field(default_factory=list)  # (tag, text) per `# nThread`
+    interleaved: bool = False
+    last_row_line: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+    def new_run(self, tag: int, lineno: int) -> Run:
+        run = Run(len(self.runs), tag, lineno)
+        self.runs.append(run)
+        self.current[tag] = run
+        return run
+
+    def run_for(self, tag: int, lineno: int) -> Run:
+        run = self.current.get(tag) or (self.runs[-1] if self.runs else None)
+        return run if run is not None else self.new_run(tag, lineno)
+
+
+def scan(text: str, source: str) -> Scan:
+    """Runs, header values and row blocks of an nccl-tests log (rows are parsed later, in bulk)."""
+    sc = Scan(source)
+    padded = "\n" + text  # every line, the first included, now follows a newline
+    lineno, counted = 0, 0
+    for m in SCAN.finditer(padded):
+        start = m.start()
+        lineno += padded.count("\n", counted, start + 1)
+        counted = start + 1
+        kind = m.lastgroup
+        if kind == "rows":
+            _rows(sc, m.group("rows"), lineno)
+        elif kind == "devices":
+            _devices(sc, m.group("devices"), lineno)
+        else:
+            line, tag = strip_prefix(m.group("hash"))
+            _header_line(sc, line.strip(), lineno, tag)
+    _versions_and_binaries(sc, text)
+    return sc
+
+
+# ---------------------------------------------------------------- blocks
+
+
+def _split_by_tag(block: str, lineno: int) -> list[tuple[int, int, str]]:
+    """(tag, first line, lines without prefix) for each stretch of one launcher tag in a block."""
+    first = PREFIX_RE.match(block)
+    if first is None:
+        return [(-1, lineno, block)]  # no prefix at all (rows never start with "[" or "N:")
+    prefix = first.group(0)
+    nlines = block.count("\n") + 1
+    if block.count("\n" + prefix) == nlines - 1:  # one tag throughout: strip it in one go
+        return [(strip_prefix(block)[1], lineno, block[len(prefix) :].replace("\n" + prefix, "\n"))]
+    stretches: list[tuple[int, int, list[str]]] = []
+    for i, raw in enumerate(block.split("\n")):
+        line, tag = strip_prefix(raw)
+        if stretches and stretches[-1][0] == tag:
+            stretches[-1][2].append(line)
+        else:
+            stretches.append((tag, lineno + i, [line]))
+    return [(tag, n, "\n".join(lines)) for tag, n, lines in stretches]
+
+
+def _rows(sc: Scan, block: str, lineno: int) -> None:
+    for tag, first, text in _split_by_tag(block, lineno):
+        run = sc.current.get(tag) or (sc.runs[-1] if sc.runs else None) or sc.new_run(tag, first)
+        count = text.count("\n") + 1
+        run.chunks.append(Chunk(text, first, count))
+        run.nrows += count
+        sc.last_row_line = max(sc.last_row_line, first + count - 1)
+
+
+def _devices(sc: Scan, block: str, lineno: int) -> None:
+    for tag, first, text in _split_by_tag(block, lineno):
+        sc.run_for(tag, first).device_lines.extend(line.strip() for line in text.split("\n"))
+
+
+# ---------------------------------------------------------------- header lines
+
+
+def _header_line(sc: Scan, s: str, lineno: int, tag: int) -> None:
+    rule = classify_header(s)
+    if rule is None:
+        _maybe_columns(sc, s, lineno, tag)
+        return
+    values = rule.extract(s)
+    event = rule.event
+    run = sc.current.get(tag)
+    if event in _STARTERS and (run is None or run.starts_anew(event)):
+        if event == "params" and run is not None and "nthreads" in run.info and not run.nrows:
+            # a second header before the first run printed anything: concurrent processes
+            sc.interleaved = True
+        run = sc.new_run(tag, lineno)
+    elif run is None:
+        run = sc.run_for(tag, lineno)
+    if event == "params":
+        sc.param_lines.append((tag, s))
+    run.info.update(values)
+    if event in _FOOTERS:
+        run.finished = True
+
+
+_SCHEMAS: dict[tuple[str, ...], Schema | None] = {}
+
+
+def _schema_cached(tokens: tuple[str, ...]) -> Schema | None:
+    """A long log repeats the same few headers: build each schema once."""
+    if tokens not in _SCHEMAS:
+        if len(_SCHEMAS) > 256:
+            _SCHEMAS.clear()
+        _SCHEMAS[tokens] = schema_from_header(tokens)
+    return _SCHEMAS[tokens]
+
+
+def _maybe_columns(sc: Scan, s: str, lineno: int, tag: int) -> None:
+    tokens = s[1:].split()
+    if "size" not in tokens:
+        return
+    schema = _schema_cached(tuple(tokens))
+    if schema is None:
+        sc.warnings.append(f"line {lineno}: unrecognised column header ignored: {excerpt(s, 80)}")
+        return
+    run = sc.current.get(tag)
+    # concurrent processes writing untagged lines: a second copy of the same header is not a new run
+    same = sc.interleaved and run is not None and run.schema == schema
+    if run is None or run.finished or (run.nrows and not same):
+        run = sc.new_run(tag, lineno)
+    run.schema = schema
+
+
+def _versions_and_binaries(sc: Scan, text: str) -> None:
+    """`NCCL version x` (first one) and binary names mentioned anywhere, e.g. in a command echo."""
+    at = text.find("NCCL version")
+    if at >= 0:
+        version = NCCL_VERSION.search(text[max(at - 1, 0) : at + 80])
+        if isinstance(version, str):
+            sc.nccl_version = version
+    at = text.find("_perf")
+    while at >= 0 and len(sc.binaries) < 64:
+        start = at
+        while start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_") and at - start < 64:
+            start -= 1  # back to the start of the word holding "_perf"
+        m = BINARY.match(text, start, at + 10)
+        if m is not None:
+            sc.binaries.append(m.group(1))
+        at = text.find("_perf", at + 5)

@@ -1,0 +1,319 @@
+"""The nccl-tests result table: a column schema read from the header, and rows parsed against it.
+
+Rows are parsed in bulk by pandas' C reader (whitespace-split, never fixed columns); when anything
+looks off (a short row, a token that is not a number) the block is re-read row by row in Python,
+which is the reference behaviour and says which line is wrong.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import re
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hpckit.results.model import NA_TOKENS, Field
+from hpckit.results.nccl_fields import (
+    GROUP_START,
+    KEY_COLUMNS,
+    METRIC_COLUMNS,
+    NULLABLE,
+    PLACEMENTS,
+    TIMESTAMP_TOKEN,
+)
+
+FAST_MIN_ROWS = 32  # below this the bulk reader's fixed cost outweighs its speed
+# a column as parsed: a numpy array, or a pandas Categorical for text (pandas-stubs cannot type the mix)
+Column = Any
+
+
+@dataclass(frozen=True)
+class Schema:
+    """Which token of a row is which column: key columns, then one metric group per placement."""
+
+    header: tuple[str, ...]
+    keys: tuple[Field, ...]
+    groups: tuple[tuple[Field, ...], ...]
+    placements: tuple[str, ...]
+    timestamp: bool
+
+    @property
+    def width(self) -> int:
+        return len(self.keys) + sum(len(g) for g in self.groups) + (2 if self.timestamp else 0)
+
+    @property
+    def last_group_width(self) -> int:
+        """Tokens in a row that has only its last placement (nccl-tests' trace-replay mode)."""
+        return len(self.keys) + len(self.groups[-1]) + (2 if self.timestamp else 0)
+
+    def token_fields(self) -> list[Field]:
+        return [*self.keys, *(f for g in self.groups for f in g)]
+
+
+def _field_for(token: str, table: Sequence[Field]) -> Field | None:
+    return next((f for f in table if f.pattern.fullmatch(token)), None)
+
+
+def schema_from_header(tokens: Sequence[str]) -> Schema | None:
+    """Schema of a `# size count type ...` header; None when the tokens are not such a header."""
+    toks = [t for t in tokens if t != "#"]
+    timestamp = bool(toks) and toks[-1] == TIMESTAMP_TOKEN
+    if timestamp:
+        toks = toks[:-1]
+    starts = [i for i, t in enumerate(toks) if GROUP_START.fullmatch(t)]
+    if not starts or "size" not in toks[: starts[0]]:
+        return None
+    keys = [_field_for(t, KEY_COLUMNS) or Field(_safe_name(t), "", re.escape(t), "str") for t in toks[: starts[0]]]
+    groups: list[tuple[Field, ...]] = []
+    for i, start in enumerate(starts):
+        end = starts[i + 1] if i + 1 < len(starts) else len(toks)
+        group = tuple(_field_for(t, METRIC_COLUMNS) or Field(_safe_name(t), "", re.escape(t)) for t in toks[start:end])
+        groups.append(group)
+    if len(groups) > len(PLACEMENTS):
+        return None
+    return Schema(tuple(tokens), tuple(keys), tuple(groups), PLACEMENTS[: len(groups)], timestamp)
+
+
+def _safe_name(token: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in token.lower()).strip("_") or "col"
+
+
+# Header-less tables (an excerpt that starts below the header): known eras by token count.
+_DEFAULT_HEADERS: dict[int, str] = {
+    13: "size count type redop root time algbw busbw #wrong time algbw busbw #wrong",
+    12: "size count type redop time algbw busbw error time algbw busbw error",
+    21: "size count type redop root time algbw busbw #wrong i_min i_max i_p99 i_cv% "
+    "time algbw busbw #wrong i_min i_max i_p99 i_cv%",
+}
+
+
+def default_schema(width: int) -> Schema | None:
+    text = _DEFAULT_HEADERS.get(width) or _DEFAULT_HEADERS.get(width - 2)
+    if text is None:
+        return None
+    tokens = text.split() + ([TIMESTAMP_TOKEN] if width - 2 in _DEFAULT_HEADERS else [])
+    return schema_from_header(tokens)
+
+
+@dataclass
+class Block:
+    """Table lines of one run, parsed column-wise: key columns per line, metrics per placement."""
+
+    lines: np.ndarray
+    index: np.ndarray  # position of each parsed line among the rows given (bad rows are left out)
+    keys: dict[str, Column]
+    metrics: list[dict[str, np.ndarray]]
+    present: np.ndarray  # (n, placements) bool: False where a placement was not printed
+    timestamps: list[str] | None = None
+    bad: list[tuple[int, str, str]] = field(default_factory=list)  # (line number, line, why)
+
+
+class RowError(ValueError):
+    """A row does not fit the schema (carries the reason; the caller knows the line)."""
+
+
+def parse_rows(schema: Schema, text: str, linenos: np.ndarray) -> Block:
+    """Parse table rows (one per line of ``text``, line numbers alongside); the fast bulk path
+    first, the exact row-by-row path when the bulk read looks off."""
+    body = text
+    # leading blanks are skipped by the reader; trailing ones (CRLF files, padded rows) are not
+    if " \n" in body or "\r" in body or "\t" in body or body.endswith(" "):
+        body = "\n".join(line.strip() for line in body.split("\n"))
+    if len(linenos) >= FAST_MIN_ROWS:
+        block = _parse_bulk(schema, body, linenos)
+        if block is not None:
+            return block
+    return _parse_slow(schema, body.split("\n"), linenos.tolist())
+
+
+# ---------------------------------------------------------------- bulk path (pandas C reader)
+
+
+def _parse_bulk(schema: Schema, body: str, linenos: np.ndarray) -> Block | None:
+    fields = schema.token_fields()
+    width = schema.width
+    # text columns (type, redop) come out categorical: few values, many rows
+    dtype: dict[Hashable, str] = {i: "category" for i, f in enumerate(fields) if f.kind == "str"}
+    if schema.timestamp:
+        dtype.update({width - 2: "object", width - 1: "object"})
+    na: dict[Hashable, list[str]] = {i: sorted(NA_TOKENS) for i, f in enumerate(fields) if f.kind != "str"}
+    try:
+        # pandas-stubs want str keys for na_values; positional keys are what header=None gives
+        df = pd.read_csv(  # type: ignore[call-overload]
+            io.StringIO(body),
+            sep=" ",
+            skipinitialspace=True,
+            header=None,
+            dtype=dtype,
+            na_values=na,
+            keep_default_na=False,
+            quoting=csv.QUOTE_NONE,
+            engine="c",
+        )
+    except (ValueError, pd.errors.ParserError):
+        return None
+    if df.shape != (len(linenos), width):
+        return None
+    columns = [df[i].array if dtype.get(i) == "category" else df[i].to_numpy() for i in range(width)]
+    return _block_from_columns(schema, fields, columns, linenos)
+
+
+def _block_from_columns(
+    schema: Schema, fields: list[Field], columns: list[Column], linenos: np.ndarray
+) -> Block | None:
+    n = len(linenos)
+    converted: list[Column] = []
+    for f, col in zip(fields, columns, strict=False):
+        arr = _checked(f, col)
+        if arr is None:
+            return None
+        converted.append(arr)
+    keys: dict[str, Column] = {}
+    for f, arr in zip(schema.keys, converted, strict=False):
+        keys[f.name] = arr
+    metrics: list[dict[str, np.ndarray]] = []
+    pos = len(schema.keys)
+    for group in schema.groups:
+        metrics.append({f.name: converted[pos + i] for i, f in enumerate(group)})
+        pos += len(group)
+    timestamps = None
+    if schema.timestamp:
+        dates, times = columns[-2], columns[-1]
+        if any(not isinstance(v, str) or not v for v in (*dates, *times)):
+            return None
+        timestamps = [f"{d} {t}" for d, t in zip(dates, times, strict=True)]
+    present = np.ones((n, len(schema.groups)), dtype=bool)
+    lines = np.asarray(linenos, dtype=np.int64)
+    return Block(lines, np.arange(n), keys, metrics, present, timestamps)
+
+
+def _checked(f: Field, col: Column) -> Column | None:
+    """The column in its field's dtype, or None when it holds anything the exact path would reject."""
+    if f.kind == "str":
+        # vectorised: a short row leaves NaN or "" behind, and then the exact path must decide
+        if pd.isna(col).any() or (col == "").any():
+            return None
+        return col
+    if isinstance(col, pd.Categorical) or col.dtype.kind not in "if":
+        return None
+    if f.kind == "int":
+        whole = col.dtype.kind == "i" or (np.all(np.isfinite(col)) and np.all(col == np.floor(col)))
+        if not whole:
+            return None
+        return col.astype(np.int64)
+    values = col.astype(np.float64)
+    # a NaN in a column that cannot be N/A means a missing token: let the exact path decide
+    if f.name not in NULLABLE and np.isnan(values).any():
+        return None
+    return values
+
+
+# ---------------------------------------------------------------- exact path (row by row)
+
+
+def _parse_slow(schema: Schema, rows: list[str], linenos: list[int]) -> Block:
+    fields = schema.token_fields()
+    key_cols: list[list[object]] = [[] for _ in schema.keys]
+    metric_cols: list[list[list[float]]] = [[[] for _ in g] for g in schema.groups]
+    present: list[list[bool]] = []
+    stamps: list[str] = []
+    good: list[int] = []
+    index: list[int] = []
+    bad: list[tuple[int, str, str]] = []
+    for i, (row, lineno) in enumerate(zip(rows, linenos, strict=True)):
+        try:
+            keys, groups, stamp = _parse_row(schema, fields, row.split())
+        except RowError as exc:
+            bad.append((lineno, row, str(exc)))
+            continue
+        good.append(lineno)
+        index.append(i)
+        for col, value in zip(key_cols, keys, strict=True):
+            col.append(value)
+        flags = []
+        for g_cols, values in zip(metric_cols, groups, strict=True):
+            flags.append(values is not None)
+            for i, metric in enumerate(g_cols):
+                metric.append(values[i] if values is not None else math.nan)
+        present.append(flags)
+        stamps.append(stamp)
+    block = _block_from_lists(schema, good, key_cols, metric_cols, present, stamps, bad)
+    block.index = np.asarray(index, dtype=np.int64)
+    return block
+
+
+def _block_from_lists(
+    schema: Schema,
+    good: list[int],
+    key_cols: list[list[object]],
+    metric_cols: list[list[list[float]]],
+    present: list[list[bool]],
+    stamps: list[str],
+    bad: list[tuple[int, str, str]],
+) -> Block:
+    keys: dict[str, Column] = {}
+    for f, values in zip(schema.keys, key_cols, strict=True):
+        keys[f.name] = np.asarray(values, dtype=np.int64) if f.kind == "int" else values
+    metrics = [
+        {f.name: np.asarray(col, dtype=np.float64) for f, col in zip(group, cols, strict=True)}
+        for group, cols in zip(schema.groups, metric_cols, strict=True)
+    ]
+    mask = np.asarray(present, dtype=bool).reshape(len(good), len(schema.groups))
+    lines = np.asarray(good, dtype=np.int64)
+    return Block(lines, np.arange(len(good)), keys, metrics, mask, stamps if schema.timestamp else None, bad)
+
+
+def _parse_row(
+    schema: Schema, fields: list[Field], tokens: list[str]
+) -> tuple[list[object], list[list[float] | None], str]:
+    n = len(tokens)
+    stamp = ""
+    if schema.timestamp:
+        if n < 2:
+            raise RowError(f"expected {schema.width} fields, found {n}")
+        stamp = f"{tokens[-2]} {tokens[-1]}"
+        tokens = tokens[:-2]
+        n -= 2
+        if not _looks_like_timestamp(stamp):
+            raise RowError(f"expected a timestamp at the end, found {stamp!r}")
+    nkeys = len(schema.keys)
+    if n == schema.width - (2 if schema.timestamp else 0):
+        group_tokens: list[list[str] | None] = []
+        pos = nkeys
+        for group in schema.groups:
+            group_tokens.append(tokens[pos : pos + len(group)])
+            pos += len(group)
+    elif len(schema.groups) > 1 and n == schema.last_group_width - (2 if schema.timestamp else 0):
+        # out-of-place left blank (trace replay prints in-place only)
+        group_tokens = [None] * (len(schema.groups) - 1) + [tokens[nkeys:]]
+    else:
+        raise RowError(f"expected {schema.width} fields as the header says, found {len(tokens)}")
+    keys = [_value(f, tok) for f, tok in zip(fields[:nkeys], tokens[:nkeys], strict=True)]
+    groups: list[list[float] | None] = []
+    for group, toks in zip(schema.groups, group_tokens, strict=True):
+        groups.append(None if toks is None else [_metric(f, t) for f, t in zip(group, toks, strict=True)])
+    return keys, groups, stamp
+
+
+def _value(f: Field, token: str) -> object:
+    value = f.convert(token)
+    if value is None or (f.kind == "int" and not isinstance(value, int)):
+        raise RowError(f"column {f.regex!r}: {token!r} is not a valid {f.kind}")
+    return value
+
+
+def _metric(f: Field, token: str) -> float:
+    value = f.convert(token)
+    if not isinstance(value, float) or (math.isnan(value) and f.name not in NULLABLE):
+        raise RowError(f"column {f.name}: {token!r} is not a number")
+    return value
+
+
+def _looks_like_timestamp(text: str) -> bool:
+    return len(text) == 19 and text[4] == "-" and text[13] == ":"

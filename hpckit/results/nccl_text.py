@@ -1,0 +1,341 @@
+"""nccl-tests text output (every era) -> one frame row per (size, placement) measurement."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from hpckit.results.lines import excerpt, split_lines
+from hpckit.results.model import ParseError, ParseResult
+from hpckit.results.nccl_fields import UNITS, collective_of
+from hpckit.results.nccl_scan import Run, Scan, scan
+from hpckit.results.nccl_table import Block, Column, Schema, default_schema, parse_rows
+
+KIND = "nccl-tests"
+FRAME_COLUMNS = [
+    "run",
+    "collective",
+    "size_bytes",
+    "count",
+    "type",
+    "redop",
+    "root",
+    "placement",
+    "time_us",
+    "algbw_gbps",
+    "busbw_gbps",
+    "wrong",
+]
+# ---------------------------------------------------------------- from scan to result
+
+
+def parse_nccl_text(text: str, source: str = "<text>", collective: str | None = None) -> ParseResult:
+    sc = scan(text, source)
+    if not any(r.nrows for r in sc.runs):
+        return _no_rows(sc, text)
+    frame, partial = _frame(sc)
+    meta = _meta(sc)
+    coll = collective or _guess_collective(sc)
+    _fill_collective(frame, sc, coll)
+    meta["collective"] = coll if coll is not None else _first_collective(sc)
+    independent = _independent_runs(sc)
+    if independent:
+        frame = _split_independent(frame, sc, independent, meta)
+    partial |= _unfinished(sc)
+    meta["units"] = {k: v for k, v in UNITS.items() if k in frame.columns}
+    return ParseResult(KIND, frame, meta, partial, sc.warnings)
+
+
+def _no_rows(sc: Scan, text: str) -> ParseResult:
+    if not sc.runs:
+        lines = split_lines(text)
+        first = next((i for i, ln in enumerate(lines, 1) if ln.strip()), 1)
+        raise ParseError(
+            sc.source,
+            first,
+            excerpt(lines[first - 1]) if lines else "",
+            "no nccl-tests output found (no '# nThread' header, column header or result row)",
+        )
+    sc.warnings.append("no result rows: the test printed its header but no measurements (crashed?)")
+    frame = pd.DataFrame({c: pd.Series(dtype="float64") for c in FRAME_COLUMNS})
+    return ParseResult(KIND, frame, _meta(sc), True, sc.warnings)
+
+
+def _schema_of(sc: Scan, run: Run) -> Schema:
+    if run.schema is not None:
+        return run.schema
+    first_row = run.chunks[0].text.split("\n", 1)[0]
+    width = len(first_row.split())
+    schema = default_schema(width)
+    if schema is None:
+        raise ParseError(
+            sc.source,
+            run.chunks[0].first_line,
+            excerpt(first_row),
+            f"result row before any column header, and {width} fields match no known nccl-tests layout",
+        )
+    run.schema = schema
+    sc.warnings.append(
+        f"line {run.chunks[0].first_line}: no column header before the rows; assumed the {width}-field layout"
+    )
+    return schema
+
+
+def _frame(sc: Scan) -> tuple[pd.DataFrame, bool]:
+    """All runs' rows in one frame; runs sharing a column layout are parsed in one go."""
+    # keyed by identity: equal headers share one cached Schema, and hashing one is not cheap
+    groups: dict[int, tuple[Schema, list[Run]]] = {}
+    for run in sc.runs:
+        if run.nrows:
+            schema = _schema_of(sc, run)
+            groups.setdefault(id(schema), (schema, []))[1].append(run)
+    parts: list[dict[str, Column]] = []
+    partial = False
+    for schema, runs in groups.values():
+        chunks = [(run.index, c) for run in runs for c in run.chunks]
+        text = "\n".join(c.text for _, c in chunks)
+        linenos = np.concatenate([np.arange(c.first_line, c.first_line + c.rows) for _, c in chunks])
+        owner = np.repeat(np.asarray([i for i, _ in chunks], dtype=np.int64), [c.rows for _, c in chunks])
+        block = parse_rows(schema, text, linenos)
+        if block.bad:
+            partial |= _bad_rows(sc, block, dict(zip(linenos.tolist(), owner.tolist(), strict=True)))
+        parts.append(_melt(block, schema, owner[block.index]))
+    return _concat(parts), partial
+
+
+def _bad_rows(sc: Scan, block: Block, run_of_line: dict[int, int]) -> bool:
+    """A bad last row of an unfinished output is truncation (partial); anywhere else, an error."""
+    truncated = False
+    for lineno, line, why in block.bad:
+        if lineno == sc.last_row_line and not sc.runs[run_of_line[lineno]].finished:
+            sc.warnings.append(f"line {lineno}: last row is incomplete (truncated output): {why}")
+            truncated = True
+            continue
+        raise ParseError(sc.source, lineno, excerpt(line), f"malformed result row: {why}")
+    return truncated
+
+
+_TEXT_KEYS = ("type", "redop")
+
+
+def _melt(block: Block, schema: Schema, runs: np.ndarray) -> dict[str, Column]:
+    """One row per (table line, placement), out-of-place before in-place, as printed."""
+    n = len(block.lines)
+    p = len(schema.placements)
+    keep = block.present.ravel()
+    cols: dict[str, Column] = {"run": np.repeat(runs, p)[keep]}
+    for name in ("size_bytes", "count", *_TEXT_KEYS, "root"):
+        cols[name] = _repeat(block.keys.get(name), p, keep, name)
+    for name, values in block.keys.items():
+        if name not in cols:
+            cols[name] = _repeat(values, p, keep, name)
+    codes: np.ndarray = np.tile(np.arange(p, dtype=np.int8), n)[keep]
+    cols["placement"] = pd.Categorical.from_codes(codes, categories=pd.Index(list(schema.placements)))
+    for name in dict.fromkeys(k for g in block.metrics for k in g):
+        stacked = np.column_stack([g.get(name, np.full(n, np.nan)) for g in block.metrics])
+        cols[name] = stacked.ravel()[keep]
+    if block.timestamps is not None:
+        stamps = pd.to_datetime(pd.Series(block.timestamps), format="%Y-%m-%d %H:%M:%S", errors="coerce")
+        cols["timestamp"] = np.repeat(stamps.to_numpy(dtype="datetime64[s]"), p)[keep]
+    cols["line"] = np.repeat(block.lines, p)[keep]
+    return cols
+
+
+def _repeat(values: Column, p: int, keep: np.ndarray, name: str) -> Column:
+    """A per-line key column as per-row; text becomes categorical (factorised once per line)."""
+    kept = int(keep.sum())
+    text = name in _TEXT_KEYS or isinstance(values, list | pd.Categorical)
+    if values is None:  # legacy tables have no root column
+        return pd.Categorical([None] * kept) if text else np.full(kept, np.nan)
+    if text:
+        cat = values if isinstance(values, pd.Categorical) else pd.Categorical(values)
+        return pd.Categorical.from_codes(np.repeat(cat.codes, p)[keep], categories=cat.categories)
+    repeated: np.ndarray = np.repeat(np.asarray(values), p)
+    kept_values: np.ndarray = repeated[keep]
+    return kept_values
+
+
+def _filler(n: int, like: Column) -> Column:
+    """What a column holds for rows of a layout that lacks it (timestamps, per-iteration stats)."""
+    if isinstance(like, pd.Categorical):
+        return pd.Categorical([None] * n)
+    if like.dtype.kind == "M":
+        return np.full(n, np.datetime64("NaT"), dtype=like.dtype)
+    return np.full(n, np.nan)
+
+
+def _join(pieces: list[Column]) -> Column:
+    if len(pieces) == 1:
+        return pieces[0]
+    if isinstance(pieces[0], pd.Categorical):
+        # union by hand: pieces may differ in the dtype of their categories (an empty filler)
+        categories = pd.Index(sorted({c for piece in pieces for c in piece.categories}, key=str))
+        codes = [piece.set_categories(categories).codes for piece in pieces]
+        return pd.Categorical.from_codes(np.concatenate(codes), categories=categories)
+    return np.concatenate(pieces)
+
+
+def _concat(parts: list[dict[str, Column]]) -> pd.DataFrame:
+    """Build the frame once from every layout's columns, in file order (run, then line)."""
+    names = list(dict.fromkeys(k for part in parts for k in part))
+    cols: dict[str, object] = {}
+    for name in names:
+        like = next(part[name] for part in parts if name in part)
+        cols[name] = _join([part.get(name, _filler(len(part["run"]), like)) for part in parts])
+    n = len(cols["run"])  # type: ignore[arg-type]
+    cols["collective"] = pd.Categorical.from_codes(np.full(n, -1, dtype=np.int8), categories=pd.Index([], dtype=str))
+    cols["root"] = pd.array(np.asarray(cols["root"], dtype=np.float64), dtype="Int64")  # NaN -> <NA>
+    cols.setdefault("wrong", np.full(n, np.nan))
+    front = [c for c in FRAME_COLUMNS if c in cols]
+    order = [*front, *(c for c in cols if c not in front and c != "line"), "line"]
+    frame = pd.DataFrame({c: cols[c] for c in order})
+    sort = np.lexsort((frame["line"].to_numpy(), frame["run"].to_numpy()))
+    if not np.array_equal(sort, np.arange(n)):
+        frame = frame.iloc[sort].reset_index(drop=True)
+    return frame
+
+
+# ---------------------------------------------------------------- meta, collective, run checks
+
+
+def _meta(sc: Scan) -> dict[str, object]:
+    main = next((r for r in sc.runs if r.nrows), sc.runs[0] if sc.runs else None)
+    meta: dict[str, object] = {"runs": len([r for r in sc.runs if r.nrows]) or len(sc.runs)}
+    if sc.nccl_version is not None:
+        meta["nccl_version"] = sc.nccl_version
+    if main is None:
+        return meta
+    params = {k: v for k, v in main.info.items() if k in _PARAM_KEYS}
+    if params:
+        meta["params"] = params
+    meta.update({k: v for k, v in main.info.items() if k not in _PARAM_KEYS})
+    for run in sc.runs:  # version lines may sit in a run of their own (printed before the header)
+        for key in ("nccl_tests_version", "nccl_headers", "nccl_library"):
+            if key in run.info:
+                meta.setdefault(key, run.info[key])
+    _devices_meta(sc, main, meta)
+    if main.schema is not None:
+        meta["columns"] = list(main.schema.header)
+    if len(sc.runs) > 1:
+        meta["runs_meta"] = [dict(r.info, devices=len(r.device_lines), rows=r.nrows) for r in sc.runs]
+    return meta
+
+
+_HOST = re.compile(r"\bon\s+(\S+)")
+
+
+def _devices_meta(sc: Scan, main: Run, meta: dict[str, object]) -> None:
+    """Devices of the main run (parsed), and the hosts of every run (found in bulk)."""
+    with_devices = main if main.device_lines else next((r for r in sc.runs if r.device_lines), None)
+    if with_devices is None:
+        return
+    devices = with_devices.devices()
+    meta["devices"] = devices
+    meta["ranks"] = len({d.get("rank") for d in devices})
+    every = "\n".join(line for r in sc.runs for line in r.device_lines)
+    meta["hosts"] = sorted(set(_HOST.findall(every)))
+
+
+_PARAM_KEYS = frozenset(
+    {
+        "nthreads",
+        "ngpus",
+        "min_bytes",
+        "max_bytes",
+        "step",
+        "step_kind",
+        "warmup_iters",
+        "iters",
+        "agg_iters",
+        "validation",
+        "graph",
+        "unalign",
+    }
+)
+
+
+def _guess_collective(sc: Scan) -> str | None:
+    """The collective named by a binary mentioned outside the header (a command echo)."""
+    known = [b for b in sc.binaries if collective_of(b + "_perf")]
+    return known[0] if known else None
+
+
+def _first_collective(sc: Scan) -> str | None:
+    for run in sc.runs:
+        binary = run.info.get("binary")
+        if isinstance(binary, str) and collective_of(binary):
+            return collective_of(binary)
+    return None
+
+
+def _fill_collective(frame: pd.DataFrame, sc: Scan, fallback: str | None) -> None:
+    per_run: dict[int, str | None] = {}
+    for run in sc.runs:
+        binary = run.info.get("binary")
+        per_run[run.index] = collective_of(binary) if isinstance(binary, str) else None
+        per_run[run.index] = per_run[run.index] or fallback
+    names = sorted({c for c in per_run.values() if c is not None})
+    lookup = np.full(len(sc.runs), -1, dtype=np.int16)  # run index -> category code
+    for index, coll in per_run.items():
+        lookup[index] = names.index(coll) if coll is not None else -1
+    codes = lookup[frame["run"].to_numpy()]
+    frame["collective"] = pd.Categorical.from_codes(codes, categories=pd.Index(names, dtype=str))
+
+
+def _independent_runs(sc: Scan) -> int:
+    """N when the log holds N copies of the same single-process test run side by side.
+
+    That is what mpirun/srun print when the binary was built without MPI (MPI=1 not set): every
+    process believes it is rank 0 of its own job, prints its own header and runs alone.
+    """
+    if len(sc.param_lines) < 2:
+        return 0
+    texts = {text for _, text in sc.param_lines}
+    tags = {tag for tag, _ in sc.param_lines}
+    concurrent = sc.interleaved or len(tags) > 1
+    if len(texts) == 1 and concurrent:
+        rank0 = sum(r.rank0_lines() for r in sc.runs)
+        if rank0 >= len(sc.param_lines):
+            return len(sc.param_lines)
+    return 0
+
+
+def _split_independent(frame: pd.DataFrame, sc: Scan, n: int, meta: dict[str, object]) -> pd.DataFrame:
+    per_run_ranks = _ranks_per_run(sc)
+    what = "single-rank" if per_run_ranks == 1 else f"{per_run_ranks}-rank"
+    sc.warnings.append(f"repeated headers: {n} independent {what} runs (MPI not built in?)")
+    meta["independent_runs"] = n
+    meta["devices"] = [d for run in sc.runs for d in run.devices()]
+    if frame["run"].nunique() < n:
+        # untagged, interleaved output: the k-th row of a given size belongs to the k-th process
+        keys = ["size_bytes", "type", "redop", "placement"]
+        occurrence = frame.groupby(keys, sort=False, dropna=False).cumcount()
+        frame["run"] = occurrence.clip(upper=n - 1).to_numpy()
+        sc.warnings.append("rows were not tagged by rank; assigned to runs in order of appearance")
+    else:
+        frame["run"] = frame["run"].rank(method="dense").astype(np.int64) - 1
+    return frame
+
+
+def _ranks_per_run(sc: Scan) -> int:
+    for run in sc.runs:
+        nthreads, ngpus = run.info.get("nthreads"), run.info.get("ngpus")
+        if isinstance(nthreads, int) and isinstance(ngpus, int):
+            return nthreads * ngpus
+    return 1
+
+
+def _unfinished(sc: Scan) -> bool:
+    """A run that printed rows but never its footer stopped early: flag the result partial."""
+    flagged = False
+    for run in sc.runs:
+        if run.nrows and not run.finished and "nthreads" in run.info:
+            last = run.chunks[-1].text.rsplit("\n", 1)[-1].split()[0]
+            sc.warnings.append(
+                f"run {run.index} (line {run.start_line}): no '# Avg bus bandwidth' footer after the "
+                f"last row (size {last} of max {run.info.get('max_bytes')}): truncated or crashed"
+            )
+            flagged = True
+    return flagged

@@ -1,0 +1,245 @@
+"""Bulk path for long training logs: the same figures as the line-by-line parser, read in C++.
+
+A long log repeats one line layout thousands of times.  The step lines go into one Arrow string
+array and are cut with Arrow's vectorised string kernels (split on "|", then on the first ":");
+the declarative field tables still decide names, units and conversions.  When the lines do not all
+share the first line's labels in the same order, or a value does not convert, this returns None and
+the exact line-by-line parser runs instead, so the two always agree.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from hpckit.results.model import NA_TOKENS, Field
+from hpckit.results.training_fields import LABELS, STEP_MARKER, TQDM
+
+MIN_LINES = 64  # below this the line-by-line parser is as fast
+Snake = Callable[[str], str]
+
+
+@dataclass
+class Bulk:
+    frame: pd.DataFrame  # one row per step line, in file order (duplicates not yet removed)
+    other_lines: list[tuple[int, str]]  # candidate lines that were not step lines (for extras)
+
+
+class _NoBulk(Exception):
+    """Something the bulk path does not handle: the exact parser runs (and says which line)."""
+
+
+def bulk_pipe(text: str, marker: re.Pattern[str], snake: Snake) -> Bulk | None:
+    """NeMo 2 / Megatron `head | label: value | ...` step lines in bulk, or None."""
+    lines = text.split("\n")
+    index = [i for i, ln in enumerate(lines) if "iteration" in ln and "|" in ln]
+    if len(index) < MIN_LINES:
+        return None
+    step_idx, other = _split_steps(lines, index, marker)
+    if len(step_idx) < MIN_LINES:
+        return None
+    try:
+        cols = _columns([lines[i] for i in step_idx], snake)
+    except (_NoBulk, pa.ArrowException, ValueError, OverflowError):
+        return None
+    cols["line"] = np.asarray(step_idx, dtype=np.int64) + 1
+    return Bulk(pd.DataFrame(cols), other)
+
+
+def _split_steps(
+    lines: list[str], index: list[int], marker: re.Pattern[str]
+) -> tuple[list[int], list[tuple[int, str]]]:
+    steps: list[int] = []
+    other: list[tuple[int, str]] = []
+    for i in index:
+        if marker.search(lines[i]):
+            steps.append(i)
+        else:
+            other.append((i + 1, lines[i]))
+    return steps, other
+
+
+def _columns(step_lines: list[str], snake: Snake) -> dict[str, np.ndarray]:
+    n = len(step_lines)
+    parts = pc.split_pattern(pa.array(step_lines, type=pa.large_string()), pattern="|")
+    width = _same_width(parts)
+    flat = pc.list_flatten(parts)
+    grid = np.arange(n * width).reshape(n, width)
+    cols = _head_columns(pc.take(flat, pa.array(grid[:, 0])))
+    pairs = pc.take(flat, pa.array(grid[:, 1:].ravel()))
+    # a Megatron line ends with " |": its last piece is empty, on every line alike
+    blank = pc.equal(pc.utf8_trim_whitespace(pairs), "")
+    if pc.any(blank).as_py():
+        keep = ~np.asarray(blank.to_numpy(zero_copy_only=False), dtype=bool)
+        if int(keep.sum()) % n:
+            raise _NoBulk("blank pieces on some lines only")
+        pairs = pc.filter(pairs, pa.array(keep))
+    labels, values = _labels_and_values(pairs, n)
+    for j, label in enumerate(labels):
+        cols.update(_column(label, pc.take(values, pa.array(np.arange(n) * len(labels) + j)), snake))
+    return cols
+
+
+def _same_width(parts: pa.Array) -> int:
+    lo, hi = (v.as_py() for v in pc.min_max(pc.list_value_length(parts)).values())
+    if lo != hi or hi < 2:
+        raise _NoBulk("lines have different numbers of fields")
+    return int(hi)
+
+
+def _labels_and_values(pairs: pa.Array, n: int) -> tuple[list[str], pa.Array]:
+    """The first line's labels, checked on every line; the values in line-major order."""
+    if len(pairs) % n or not pc.all(pc.match_substring(pairs, ":")).as_py():
+        raise _NoBulk("a piece without a label")
+    kv = pc.split_pattern(pairs, pattern=":", max_splits=1)
+    labels = pc.utf8_trim_whitespace(pc.list_element(kv, 0))
+    per_line = len(pairs) // n
+    first = labels.slice(0, per_line).to_pylist()
+    if not pc.all(pc.equal(labels, pa.array(first * n, type=labels.type))).as_py():
+        raise _NoBulk("labels differ between lines")
+    return [str(x) for x in first], pc.utf8_trim_whitespace(pc.list_element(kv, 1))
+
+
+def _head_columns(heads: pa.Array) -> dict[str, np.ndarray]:
+    """Step-marker fields (step, epoch, total, timestamp) of every line's head."""
+    cols: dict[str, np.ndarray] = {}
+    for f in STEP_MARKER:
+        found = pc.struct_field(pc.extract_regex(heads, f.regex.replace("(", "(?P<v>", 1)), [0])
+        nulls = found.null_count
+        if nulls == len(heads):
+            continue
+        if nulls:
+            raise _NoBulk(f"{f.name} on some lines only")
+        cols[f.name] = found.to_numpy(zero_copy_only=False) if f.kind == "str" else _ints(found)
+    if "step" not in cols:
+        raise _NoBulk("no step")
+    return cols
+
+
+def _ints(values: pa.Array) -> np.ndarray:
+    ints: np.ndarray = pc.cast(values, pa.int64()).to_numpy()
+    return ints
+
+
+def _column(label: str, values: pa.Array, snake: Snake) -> dict[str, np.ndarray]:
+    """{name: values} for one label; empty for an unknown label that is never a number."""
+    f = LABELS.lookup(label)
+    numbers = _floats(values)
+    if f is None:
+        if numbers is not None:
+            return {snake(label): numbers}
+        series = pd.Series(values.to_pylist(), dtype=object)
+        coerced = pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64)
+        failed = np.isnan(coerced) & ~series.isin(NA_TOKENS).to_numpy()
+        if failed.all():
+            return {}  # never a number: the exact parser leaves it out too
+        if failed.any():
+            raise _NoBulk(label)
+        return {snake(label): coerced}
+    return {f.name: _convert(f, values, numbers)}
+
+
+def _floats(values: pa.Array) -> np.ndarray | None:
+    try:
+        floats: np.ndarray = pc.cast(values, pa.float64()).to_numpy(zero_copy_only=False)
+    except pa.ArrowInvalid:
+        return None
+    return floats
+
+
+def _convert(f: Field, values: pa.Array, numbers: np.ndarray | None) -> np.ndarray:
+    if f.kind == "str":
+        return np.asarray(values.to_pylist(), dtype=object)
+    if numbers is not None:
+        if f.kind != "int":
+            return numbers * f.factor
+        if np.all(np.isfinite(numbers)) and np.all(numbers == np.floor(numbers)):
+            return (
+                _ints(values)
+                if pc.all(pc.match_substring_regex(values, r"^-?\d+$")).as_py()
+                else (numbers.astype(np.int64))
+            )
+        raise _NoBulk(f.name)
+    if f.kind in ("suffixed", "hms"):  # "1.258B", "0:00:00": one by one, few columns do this
+        converted = [f.convert(str(v)) for v in values.to_pylist()]
+        if any(v is None for v in converted):
+            raise _NoBulk(f.name)
+        return np.asarray(converted, dtype=np.float64)
+    raise _NoBulk(f.name)  # text where a number belongs: the exact parser says which line
+
+
+# ---------------------------------------------------------------- NeMo 1 tqdm
+
+
+def bulk_tqdm(text: str, redraw: re.Pattern[str], snake: Snake) -> Bulk | None:
+    """NeMo 1 tqdm refreshes (`Epoch E: ... n/N [t<eta, k=v, ...]`) in bulk, or None.
+
+    The progress part is matched with the exact parser's own regex (one C call per refresh); only
+    the `k=v` postfixes, short ASCII text, go through Arrow."""
+    heads: list[tuple[str, str, str]] = []
+    postfixes: list[str] = []
+    numbers: list[int] = []
+    search = TQDM.search
+    for lineno, raw in enumerate(text.split("\n"), 1):
+        if "Epoch" not in raw:
+            continue
+        # plain carriage returns split in C; the pager forms ("^M", "[A") need the regex
+        pieces = raw.split("\r") if "^M" not in raw and "[A" not in raw else redraw.split(raw)
+        for seg in pieces:
+            m = search(seg) if "Epoch" in seg else None
+            if m is not None:
+                heads.append((m.group("epoch"), m.group("n"), m.group("total")))
+                postfixes.append(m.group("postfix"))
+                numbers.append(lineno)
+    if len(heads) < MIN_LINES:
+        return None
+    try:
+        cols = _tqdm_columns(heads, postfixes, snake)
+    except (_NoBulk, pa.ArrowException, ValueError, OverflowError):
+        return None
+    cols["line"] = np.asarray(numbers, dtype=np.int64)
+    return Bulk(pd.DataFrame(cols), [])
+
+
+def _tqdm_columns(heads: list[tuple[str, str, str]], postfixes: list[str], snake: Snake) -> dict[str, np.ndarray]:
+    n = len(heads)
+    epoch, batch, total = zip(*heads, strict=True)
+    if not all(t.isdigit() for t in total):
+        raise _NoBulk("unknown totals")
+    cols: dict[str, np.ndarray] = {
+        "epoch": np.asarray(epoch, dtype=np.int64),
+        "batch": np.asarray(batch, dtype=np.int64),
+        "total_steps": np.asarray(total, dtype=np.int64),
+    }
+    pieces = pc.list_flatten(pc.split_pattern(pa.array(postfixes, type=pa.large_string()), pattern=","))
+    pairs = pc.filter(pieces, pc.match_substring(pieces, "="))
+    if len(pairs) % n:
+        raise _NoBulk("postfixes differ")
+    per_line = len(pairs) // n
+    kv = pc.split_pattern(pairs, pattern="=", max_splits=1)
+    labels = pc.utf8_trim_whitespace(pc.list_element(kv, 0))
+    first = [str(x) for x in labels.slice(0, per_line).to_pylist()]
+    if not pc.all(pc.equal(labels, pa.array(first * n, type=labels.type))).as_py():
+        raise _NoBulk("postfix labels differ between lines")
+    values = pc.utf8_trim_whitespace(pc.list_element(kv, 1))
+    for j, label in enumerate(first):
+        cols.update(_column(label, pc.take(values, pa.array(np.arange(n) * per_line + j)), snake))
+    cols["step"] = _tqdm_steps(cols)
+    return cols
+
+
+def _tqdm_steps(cols: dict[str, np.ndarray]) -> np.ndarray:
+    """global_step when logged (the progress count otherwise), as the exact parser decides."""
+    batch = cols["batch"]
+    global_step = cols.get("global_step")
+    if global_step is None:
+        return batch
+    finite = np.isfinite(global_step)
+    steps: np.ndarray = np.where(finite, np.nan_to_num(global_step), batch).astype(np.int64)
+    return steps

@@ -1,0 +1,309 @@
+"""Static checks of ansible/: syntax, rendered configs, secrets hygiene, lint. No host is contacted."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import pytest
+from ruamel.yaml import YAML
+
+from hpckit.paths import ansible_dir
+
+ANSIBLE = ansible_dir()
+ROLES = ANSIBLE / "roles"
+DATA = Path(__file__).parent / "data" / "ansible"
+BIN = Path(sys.executable).parent
+
+
+def _yaml(path: Path) -> Any:
+    return YAML(typ="safe").load(path.read_text(encoding="utf-8"))
+
+
+def _tool(name: str) -> str:
+    found = shutil.which(name) or (str(BIN / name) if (BIN / name).exists() else None)
+    if found is None:
+        pytest.skip(f"{name} is not installed")
+    return found
+
+
+def _ansible_env(tmp_path: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(ANSIBLE / "ansible.cfg"),
+        "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(tmp_path / "facts"),
+        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"),
+        "ANSIBLE_NOCOLOR": "1",
+    }
+
+
+# ------------------------------------------------------------------ rendering with plain jinja2
+
+
+def _contract_vars(**changes: Any) -> dict[str, Any]:
+    """Role defaults (the literal ones) overlaid with the sample extravars, as Ansible would see them."""
+    merged: dict[str, Any] = {}
+    for role in ("slurm", "slurm_compute", "slurm_accounting"):
+        defaults = _yaml(ROLES / role / "defaults" / "main.yml")
+        merged.update({k: v for k, v in defaults.items() if not (isinstance(v, str) and "{{" in v)})
+    merged.update(_yaml(DATA / "extravars.yml"))
+    # Derived in the role defaults from the inventory: the controller (and slurmdbd) address.
+    merged["slurm_dbd_addr"] = merged["slurm_controller_addr"]
+    merged["inventory_hostname"] = "node1"
+    merged.update(changes)
+    return merged
+
+
+def _to_bool(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in {"yes", "true", "on", "1", "y"}
+    return bool(value)
+
+
+def _render(role: str, template: str, variables: dict[str, Any]) -> str:
+    # Ansible's template module renders with trim_blocks on; `bool` is its filter.
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(ROLES / role / "templates"),
+        trim_blocks=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    env.filters["bool"] = _to_bool
+    return env.get_template(template).render(variables)
+
+
+def _lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line and not line.startswith("#")]
+
+
+def test_slurm_conf_has_the_contract_settings() -> None:
+    text = _render("slurm_common", "slurm.conf.j2", _contract_vars())
+    lines = _lines(text)
+    assert text.startswith("# slurm.conf of cluster lab, managed by hpckit.")
+    for wanted in (
+        "ClusterName=lab",
+        "SlurmctldHost=ctl(10.77.0.10)",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core_Memory",
+        "GresTypes=gpu",
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/affinity",
+        "SlurmdParameters=config_overrides",
+        "AccountingStorageType=accounting_storage/slurmdbd",
+        "AccountingStorageHost=10.77.0.10",
+        "JobAcctGatherType=jobacct_gather/linux",
+        "ReturnToService=2",
+        "SlurmctldLogFile=/var/log/slurm/slurmctld.log",
+        "SlurmdLogFile=/var/log/slurm/slurmd.log",
+        "StateSaveLocation=/var/spool/slurmctld",
+        "SlurmdSpoolDir=/var/spool/slurmd",
+        "NodeName=node[1-4] NodeAddr=10.77.0.[21-24] CPUs=8 Sockets=1 CoresPerSocket=4 ThreadsPerCore=2 "
+        "RealMemory=3000 Gres=gpu:h100:4 State=UNKNOWN",
+        "PartitionName=gpu Nodes=node[1-4] Default=YES MaxTime=INFINITE State=UP",
+    ):
+        assert wanted in lines, wanted
+    keys = [line.split("=", 1)[0] for line in lines if not line.startswith(("NodeName=", "PartitionName="))]
+    assert len(keys) == len(set(keys)), "a setting appears twice"
+
+
+def test_slurm_conf_defaults_are_those_of_a_real_cluster() -> None:
+    lab_only = ("slurm_proctrack_type", "slurm_task_plugin", "slurmd_config_overrides")
+    variables = {k: v for k, v in _contract_vars().items() if k not in lab_only}
+    variables.update(
+        {k: v for k, v in _yaml(ROLES / "slurm" / "defaults" / "main.yml").items() if k in lab_only}
+    )
+    lines = _lines(_render("slurm_common", "slurm.conf.j2", variables))
+    assert "ProctrackType=proctrack/cgroup" in lines
+    assert "TaskPlugin=task/cgroup,task/affinity" in lines
+    assert not any(line.startswith("SlurmdParameters=") for line in lines)
+
+
+def test_slurm_conf_without_gpus_or_accounting() -> None:
+    nodes = [{"names": "cpu[01-02]", "cpus": 4, "real_memory": 2000, "gres": ""}]
+    text = _render("slurm_common", "slurm.conf.j2", _contract_vars(slurm_nodes=nodes, slurm_accounting=False))
+    lines = _lines(text)
+    assert "NodeName=cpu[01-02] CPUs=4 RealMemory=2000 State=UNKNOWN" in lines
+    assert not any(line.startswith(("GresTypes=", "Accounting", "JobAcctGather")) for line in lines)
+
+
+def test_slurm_conf_overrides_come_last_and_win() -> None:
+    overrides = {"SlurmctldTimeout": 60, "EnforcePartLimits": True, "PrologFlags": "Contain"}
+    lines = _lines(_render("slurm_common", "slurm.conf.j2", _contract_vars(slurm_conf_overrides=overrides)))
+    assert lines[-3:] == ["SlurmctldTimeout=60", "EnforcePartLimits=YES", "PrologFlags=Contain"]
+    assert "SlurmctldTimeout=120" not in lines
+
+
+@pytest.mark.parametrize(
+    ("count", "gpu_type", "expected"),
+    [
+        (4, "h100", ["Name=gpu Type=h100 File=/dev/nvidia[0-3]"]),
+        (1, "a100", ["Name=gpu Type=a100 File=/dev/nvidia0"]),
+        (8, "", ["Name=gpu File=/dev/nvidia[0-7]"]),
+        (0, "", []),
+    ],
+)
+def test_gres_conf(count: int, gpu_type: str, expected: list[str]) -> None:
+    variables = _contract_vars(hpckit_gpu_count=count, hpckit_gpu_type=gpu_type)
+    text = _render("slurm_compute", "gres.conf.j2", variables)
+    assert "managed by hpckit" in text
+    assert _lines(text) == expected
+
+
+def test_cgroup_conf_follows_the_switch() -> None:
+    enabled = _lines(_render("slurm_compute", "cgroup.conf.j2", _contract_vars(slurm_cgroup_enabled=True)))
+    assert "ConstrainCores=yes" in enabled and "CgroupPlugin=autodetect" in enabled
+    disabled = _lines(_render("slurm_compute", "cgroup.conf.j2", _contract_vars(slurm_cgroup_enabled=False)))
+    assert disabled == ["CgroupPlugin=cgroup/v1"]
+
+
+def test_accounting_configs() -> None:
+    variables = _contract_vars(slurm_accounting_db_password="s3cret", hpckit_cluster_name="lab")
+    dbd = _lines(_render("slurm_accounting", "slurmdbd.conf.j2", variables))
+    for wanted in (
+        "StorageType=accounting_storage/mysql",
+        "StoragePass=s3cret",
+        "DbdHost=localhost",
+        "StorageHost=localhost",
+    ):
+        assert wanted in dbd
+    lab = _render("slurm_accounting", "mariadb.cnf.j2", variables)
+    assert "skip-networking" in _lines(lab) and "bind-address" not in lab
+    real = _render(
+        "slurm_accounting", "mariadb.cnf.j2", _contract_vars(slurm_accounting_mariadb_skip_networking=False)
+    )
+    assert "bind-address = 127.0.0.1" in _lines(real) and "skip-networking" not in _lines(real)
+
+
+# ------------------------------------------------------------------ the playbook as Ansible sees it
+
+
+def _tasks(path: Path) -> Iterator[dict[str, Any]]:
+    for task in _yaml(path) or []:
+        yield task
+        for key in ("block", "rescue", "always"):
+            yield from task.get(key, [])
+
+
+SECRET_MARKERS = (
+    "munge_key_content",
+    "munge_key_path",
+    "db_password",
+    "slurmdbd.conf",
+    "munge_probe",
+    "slurm_accounting_probe",
+)
+
+
+def test_every_task_touching_a_secret_has_no_log() -> None:
+    """The munge key and the DB password never reach a log: each task that names them is no_log."""
+    checked = 0
+    for path in sorted(ROLES.glob("*/tasks/*.yml")):
+        for task in _tasks(path):
+            text = repr({k: v for k, v in task.items() if k not in ("name", "no_log", "when", "register")})
+            if any(marker in text for marker in SECRET_MARKERS) and "apt" not in text:
+                checked += 1
+                assert task.get("no_log") is True, (
+                    f"{path.relative_to(ANSIBLE)}: {task['name']!r} lacks no_log"
+                )
+    assert checked >= 6
+
+
+def test_every_service_task_uses_the_service_module() -> None:
+    for path in sorted(ROLES.glob("*/tasks/*.yml")):
+        for task in _tasks(path):
+            assert "ansible.builtin.systemd" not in task and "systemd" not in task, path
+
+
+def test_apt_never_refreshes_its_cache_unconditionally() -> None:
+    for path in sorted(ROLES.glob("*/tasks/*.yml")):
+        for task in _tasks(path):
+            apt = task.get("ansible.builtin.apt")
+            if apt is not None:
+                assert apt["state"] == "present"
+                assert "cache_valid_time" in apt, path
+                assert "when" in task, f"{path}: apt must run only when something is missing"
+
+
+def test_contract_variables_are_all_used() -> None:
+    used = "".join(p.read_text(encoding="utf-8") for p in ROLES.rglob("*") if p.suffix in {".yml", ".j2"})
+    for name in _yaml(DATA / "extravars.yml"):
+        if name != "hpckit_lab":  # informational only, by contract
+            assert name in used, name
+
+
+def test_syntax_check(tmp_path: Path) -> None:
+    playbook = _tool("ansible-playbook")
+    result = subprocess.run(
+        [
+            playbook,
+            "--syntax-check",
+            "-i",
+            str(DATA / "inventory.yml"),
+            "-e",
+            f"@{DATA / 'extravars.yml'}",
+            "site.yml",
+        ],
+        cwd=ANSIBLE,
+        env=_ansible_env(tmp_path),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_templates_render_the_same_through_ansible(tmp_path: Path) -> None:
+    """Ansible 2.19's own templating (not plain jinja2) renders slurm.conf as the jinja2 tests expect."""
+    playbook = _tool("ansible-playbook")
+    out = tmp_path / "slurm.conf"
+    template = ROLES / "slurm_common" / "templates" / "slurm.conf.j2"
+    play = tmp_path / "render.yml"
+    play.write_text(
+        f"""- hosts: node1
+  connection: local
+  gather_facts: false
+  roles: [slurm]
+  tasks:
+    - ansible.builtin.copy:
+        content: "{{{{ lookup('ansible.builtin.template', '{template}') }}}}"
+        dest: {out}
+        mode: "0644"
+""",
+        encoding="utf-8",
+    )
+    result = subprocess.run(
+        [
+            playbook,
+            "-i",
+            str(DATA / "inventory.yml"),
+            "-e",
+            f"@{DATA / 'extravars.yml'}",
+            "-e",
+            f"ansible_python_interpreter={sys.executable}",
+            str(play),
+        ],
+        env={**_ansible_env(tmp_path), "ANSIBLE_ROLES_PATH": str(ROLES)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert out.read_text(encoding="utf-8") == _render("slurm_common", "slurm.conf.j2", _contract_vars())
+
+
+def test_ansible_lint(tmp_path: Path) -> None:
+    lint = _tool("ansible-lint")
+    result = subprocess.run(
+        [lint, "--offline", "--nocolor", "-q", "."],
+        cwd=ANSIBLE,
+        env={**_ansible_env(tmp_path), "NO_COLOR": "1"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -1,0 +1,186 @@
+"""NeMo 1 (tqdm), NeMo 2 and Megatron logs on the real samples."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from hpckit.results import ParseError, parse_file, parse_text, steady_step_time, training_bulk
+from hpckit.results.training_fields import MEGATRON_LINE, NEMO2_LINE, REDRAW
+
+DATA = Path(__file__).parent / "data" / "results"
+
+
+def test_nemo2_b200_scientific_tflops() -> None:
+    r = parse_file(DATA / "nemo2-b200-llama3-8b-pretrain-iterations-45-49.txt")
+    f = r.frame
+    assert r.kind == "nemo2" and not r.partial
+    assert list(f["step"]) == [45, 46, 47, 48, 49]
+    assert list(f["tflops_per_gpu"]) == [1249.0, 1252.0, 1248.0, 1250.0, 1253.0]  # 1.249e+03 ...
+    assert f["step_time_s"][0] == 6.08 and f["global_batch_size"][0] == 128
+    assert f["consumed_samples"].iloc[-1] == 6400
+    assert f["max_memory_reserved_bytes"][0] == 127785762816
+    assert r.meta["units"]["tflops_per_gpu"] == "TFLOP/s"  # type: ignore[index]
+    assert steady_step_time(f) == 6.071  # 5 steps only: all of them
+    assert steady_step_time(f, skip=2) == 6.071  # median of 6.082, 6.071, 6.06
+
+
+def test_nemo2_aws_plain_tflops() -> None:
+    f = parse_file(DATA / "nemo2-aws-llama3-iterations-74-76-excerpt.txt").frame
+    assert list(f["step"]) == [74, 75, 76] and list(f["tflops_per_gpu"]) == [865.7, 867.7, 866.9]
+    assert f["lr"][2] == 1.154e-05
+
+
+def test_nemo1_log_tail_takes_global_step() -> None:
+    r = parse_file(DATA / "nemo1-a3mega-llama2-7b-log-tail.txt")
+    f = r.frame
+    assert r.kind == "nemo1" and len(f) == 1
+    assert f["step"][0] == 5 and f["batch"][0] == 7 and f["total_steps"][0] == 15
+    assert f["step_time_s"][0] == 49.5 and f["loss"][0] == 11.5 and f["consumed_samples"][0] == 12288
+
+
+def test_nemo1_pager_carriage_returns_and_val_loss() -> None:
+    f = parse_file(DATA / "nemo1-peft-tqdm-carriage-returns-early-stop-excerpt.txt").frame
+    assert len(f) == 1
+    assert f["step"][0] == 6023 and f["val_loss"][0] == 0.0917 and f["step_time_s"][0] == 2.59
+
+
+def test_nemo1_one_row_per_step_from_tqdm_refreshes() -> None:
+    line = (DATA / "nemo1-tqdm-final-step-lines-dgxc-benchmarking.txt").read_text().splitlines()[1]
+    refreshes = []
+    for n in (1, 1, 2, 2, 3):
+        refreshes.append(
+            line.replace("100/100", f"{n}/100")
+            .replace("global_step=99.00", f"global_step={n - 1}.000")
+            .replace("consumed_samples=25600.0", f"consumed_samples={256.0 * n}")
+        )
+    r = parse_text("\r".join(refreshes) + "\n", "nemo1")
+    assert list(r.frame["step"]) == [0, 1, 2] and r.warnings == []
+
+
+def test_nemo1_steps_from_different_runs_are_flagged() -> None:
+    r = parse_file(DATA / "nemo1-tqdm-final-step-lines-dgxc-benchmarking.txt")
+    # three READMEs: steps 49, 99 and 99 again from another model
+    assert list(r.frame["step"]) == [49, 99]
+    assert r.frame["step_time_s"].tolist() == [24.0, 11.2]
+    assert "logged again with different values" in r.warnings[0]
+
+
+def test_megatron_bridge_timestamp_and_memory() -> None:
+    r = parse_file(DATA / "megatron-bridge-2025-10-iteration-timestamp-memory.txt")
+    f = r.frame
+    assert r.kind == "megatron" and len(f) == 1
+    assert f["step"][0] == 10 and math.isclose(f["step_time_s"][0], 4.6478)
+    assert f["loss"][0] == 9.763827 and f["grad_norm"][0] == 33.055
+    assert str(f["timestamp"][0]) == "2025-10-06 03:27:07"
+    assert r.meta["memory_mb"] == {  # the [Rank 0] memory line
+        "allocated_mb": 9554.87939453125,
+        "max_allocated_mb": 12003.60400390625,
+        "reserved_mb": 12232.0,
+        "max_reserved_mb": 12232.0,
+    }
+
+
+def test_megatron_srun_l_prefix_tokens_and_suffixes() -> None:
+    f = parse_file(DATA / "megatron-lm-srun-l-prefix-eta-tokens-per-sec-gpu.txt").frame
+    assert f["step"][0] == 300 and f["tflops_per_gpu"][0] == 412.3
+    assert f["tokens_per_s_per_gpu"][0] == 8000.5
+    assert f["consumed_tokens"][0] == 1.258e9  # "1.258B"
+    assert f["eta_s"][0] == 0.0 and math.isclose(f["step_time_s"][0], 131.0641)
+
+
+def test_megatron_deepspeed_default_prefix() -> None:
+    f = parse_file(DATA / "megatron-deepspeed-bigscience-default7-prefix-line.txt").frame
+    assert f["step"][0] == 2 and f["tflops_per_gpu"][0] == 48.77
+    assert f["samples_per_s"][0] == 35.888 and f["seq_length"][0] == 2048
+    assert math.isclose(f["loss"][0], 11.19602)
+
+
+def test_megatron_deepspeed_tgs() -> None:
+    f = parse_file(DATA / "megatron-deepspeed-style-tgs-lines.txt").frame
+    assert list(f["step"]) == [5, 6]
+    assert list(f["tokens_per_s_per_gpu"]) == [142.612, 141.518]
+    assert list(f["tflops_per_gpu"]) == [153.38, 152.20]
+
+
+def test_megatron_bert_current_time_and_validation() -> None:
+    r = parse_file(DATA / "megatron-lm-2024-bert-current-time-timers-validation.txt")
+    assert r.frame["wall_time"][0] == 1706860208.35 and r.frame["skipped_iterations"][0] == 1
+    assert r.meta["validation"] == [{"step": 1, "lm_loss": 0.4280033, "lm_loss_ppl": 1.534191}]
+
+
+def test_truncated_last_step_line_is_partial() -> None:
+    text = (DATA / "nemo2-b200-llama3-8b-pretrain-iterations-45-49.txt").read_text()
+    r = parse_text(text[: text.rindex("TFLOPS_per_GPU")], "nemo2")
+    assert r.partial and len(r.frame) == 5
+    assert "truncated" in r.warnings[0] and math.isnan(r.frame["tflops_per_gpu"].iloc[-1])
+
+
+def test_unreadable_value_is_flagged() -> None:
+    text = (DATA / "nemo2-aws-llama3-iterations-74-76-excerpt.txt").read_text().replace("8.748", "8.7x8")
+    r = parse_text(text, "nemo2")
+    assert r.partial and "line 2: unreadable step_time_s" in r.warnings[0]
+
+
+def test_no_step_lines_is_an_error() -> None:
+    with pytest.raises(ParseError, match=r"^log:1: no megatron step lines"):
+        parse_text("training ...\n", "megatron", source="log")
+
+
+def test_steady_step_time_skips_warmup() -> None:
+    lines = [
+        f"Training epoch 0, iteration {i}/20 | train_step_timing in s: {t}"
+        for i, t in enumerate([30.0, 9.0, 6.2, 6.1, 6.0, 6.1, 6.2, 6.0, 6.1, 6.3])
+    ]
+    f = parse_text("\n".join(lines), "nemo2").frame
+    assert steady_step_time(f) == 6.1  # median of the last 5
+    assert steady_step_time(f, skip=0) == 6.15  # the warm-up steps pull it up
+    with pytest.raises(ValueError):
+        steady_step_time(f, skip=-1)
+
+
+# ---------------------------------------------------------------- the bulk path agrees with the exact one
+
+
+def _shift(pattern: str, text: str, by: int) -> str:
+    """`pattern` has two groups, a label and a number: move every such number on by `by`."""
+    return re.sub(pattern, lambda m: f"{m.group(1)}{int(m.group(2)) + by}", text)
+
+
+def _stretch(text: str, pattern: str, times: int = 80) -> str:
+    """A long log from a short sample: its step lines again and again, step numbers moved on."""
+    lines = [ln for ln in text.split("\n") if re.search(pattern, ln)]
+    return "\n".join(_shift(pattern, ln, 1000 * k) for k in range(times) for ln in lines) + "\n"
+
+
+PIPE_SAMPLES = sorted(p.name for p in DATA.iterdir() if p.name.startswith(("nemo2", "megatron")))
+TQDM_SAMPLES = sorted(p.name for p in DATA.iterdir() if p.name.startswith("nemo1"))
+
+
+@pytest.mark.parametrize("name", PIPE_SAMPLES + TQDM_SAMPLES)
+def test_bulk_and_exact_training_readers_agree(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    kind = name.split("-", 1)[0]
+    text = (DATA / name).read_text()
+    if kind == "nemo1":
+        long = "\r".join(_shift(r"(global_step=)(\d+)", text, 10**5 * k) for k in range(80))
+        used = training_bulk.bulk_tqdm(long, REDRAW, str.lower)
+    else:
+        long = _stretch(text, r"(iteration\s+)(\d+)")
+        used = training_bulk.bulk_pipe(long, NEMO2_LINE if kind == "nemo2" else MEGATRON_LINE, str.lower)
+    assert used is not None  # the bulk path really ran
+    bulk = parse_text(long, kind)
+    monkeypatch.setattr(training_bulk, "MIN_LINES", 10**9)
+    exact = parse_text(long, kind)
+    pd.testing.assert_frame_equal(bulk.frame, exact.frame)
+    assert (bulk.warnings, bulk.partial, bulk.meta) == (exact.warnings, exact.partial, exact.meta)
+
+
+def test_bulk_path_steps_aside_for_a_second_layout() -> None:
+    text = _stretch((DATA / "nemo2-b200-llama3-8b-pretrain-iterations-45-49.txt").read_text(), r"(iteration )(\d+)")
+    odd = text.replace("| lr:", "| learning rate:", 1)  # one line of another layout
+    assert training_bulk.bulk_pipe(odd, NEMO2_LINE, str.lower) is None
+    assert len(parse_text(odd, "nemo2").frame) == 400
