@@ -103,9 +103,7 @@ def playbook(work: Path, config: Path) -> tuple[float, str]:
     before, start = _children_cpu(), time.monotonic()
     done = subprocess.run(argv, cwd=REPO / "ansible", env=env, capture_output=True, text=True, check=False)
     took = time.monotonic() - start
-    print(
-        f"  {config.name}: {took:.1f} s wall, {_children_cpu() - before:.1f} s CPU on this side", flush=True
-    )
+    print(f"  {config.name}: {took:.1f} s wall, {_children_cpu() - before:.1f} s CPU on this side", flush=True)
     if done.returncode != 0:
         raise SystemExit(f"ansible-playbook failed ({config}):\n{done.stdout[-4000:]}\n{done.stderr[-2000:]}")
     return took, done.stdout[done.stdout.rfind("PLAY RECAP") :]

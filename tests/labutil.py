@@ -53,7 +53,10 @@ class CliRun:
 
 
 def hpckit(*args: str, state: Path, timeout: float = 600) -> CliRun:
-    env = {**os.environ, "HPCKIT_STATE": str(state)}
+    # A private TMPDIR per cluster lets tests see exactly what a run leaves behind.
+    tmp = state / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "HPCKIT_STATE": str(state), "TMPDIR": str(tmp)}
     done = subprocess.run(
         [sys.executable, "-m", "hpckit", *args], capture_output=True, text=True, env=env, timeout=timeout, check=False
     )

@@ -114,9 +114,7 @@ def test_slurm_conf_has_the_contract_settings() -> None:
 def test_slurm_conf_defaults_are_those_of_a_real_cluster() -> None:
     lab_only = ("slurm_proctrack_type", "slurm_task_plugin", "slurmd_config_overrides")
     variables = {k: v for k, v in _contract_vars().items() if k not in lab_only}
-    variables.update(
-        {k: v for k, v in _yaml(ROLES / "slurm" / "defaults" / "main.yml").items() if k in lab_only}
-    )
+    variables.update({k: v for k, v in _yaml(ROLES / "slurm" / "defaults" / "main.yml").items() if k in lab_only})
     lines = _lines(_render("slurm_common", "slurm.conf.j2", variables))
     assert "ProctrackType=proctrack/cgroup" in lines
     assert "TaskPlugin=task/cgroup,task/affinity" in lines
@@ -173,9 +171,7 @@ def test_accounting_configs() -> None:
         assert wanted in dbd
     lab = _render("slurm_accounting", "mariadb.cnf.j2", variables)
     assert "skip-networking" in _lines(lab) and "bind-address" not in lab
-    real = _render(
-        "slurm_accounting", "mariadb.cnf.j2", _contract_vars(slurm_accounting_mariadb_skip_networking=False)
-    )
+    real = _render("slurm_accounting", "mariadb.cnf.j2", _contract_vars(slurm_accounting_mariadb_skip_networking=False))
     assert "bind-address = 127.0.0.1" in _lines(real) and "skip-networking" not in _lines(real)
 
 
@@ -207,9 +203,7 @@ def test_every_task_touching_a_secret_has_no_log() -> None:
             text = repr({k: v for k, v in task.items() if k not in ("name", "no_log", "when", "register")})
             if any(marker in text for marker in SECRET_MARKERS) and "apt" not in text:
                 checked += 1
-                assert task.get("no_log") is True, (
-                    f"{path.relative_to(ANSIBLE)}: {task['name']!r} lacks no_log"
-                )
+                assert task.get("no_log") is True, f"{path.relative_to(ANSIBLE)}: {task['name']!r} lacks no_log"
     assert checked >= 6
 
 

@@ -93,7 +93,7 @@ def test_db_password_is_in_no_log_record_or_artifact(lab: Lab) -> None:
     assert leaked == []
     for log in ("/var/log/slurm/slurmctld.log", "/var/log/slurm/slurmdbd.log"):
         assert password not in lab.on("ctl", "cat", log)
-    assert not list(Path("/tmp").glob("hpckit-runner-*")), "runner data dirs must not outlive a run"
+    assert not list((lab.state / "tmp").glob("hpckit-runner-*")), "runner data dirs must not outlive a run"
 
 
 def test_unreachable_node_fails_alone_then_converges(lab: Lab) -> None:

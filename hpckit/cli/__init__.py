@@ -10,6 +10,7 @@ import click
 from hpckit import __version__
 from hpckit.cli import blueprint as _blueprint
 from hpckit.cli import deploy as _deploy
+from hpckit.cli import jobs as _jobs
 from hpckit.cli import results as _results
 from hpckit.cli.lab import lab as _lab
 from hpckit.errors import HpckitError
@@ -32,7 +33,7 @@ def cli() -> None:
     """Stand up and run Slurm GPU clusters."""
 
 
-for command in [*_blueprint.COMMANDS, *_deploy.COMMANDS, _lab, *_results.COMMANDS]:
+for command in [*_blueprint.COMMANDS, *_deploy.COMMANDS, _lab, *_results.COMMANDS, *_jobs.COMMANDS]:
     cli.add_command(command)
 
 

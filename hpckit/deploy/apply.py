@@ -54,7 +54,8 @@ def deploy(bp: Blueprint, tracker: Tracker, sink: EventSink, opts: DeployOptions
     target = prepare_target(bp)
     _timed(timings, "target", t0)
     record = DeploymentRecord.create(bp.cluster_name, opts.record_root)
-    inventory, extravars = build_inventory(bp, target.access), build_extravars(bp)
+    inventory = build_inventory(bp, target.access)
+    extravars = {**build_extravars(bp), **target.runtime_extravars()}
     record.write_json("blueprint.json", bp.model_dump(mode="json"))
     record.write_yaml("inventory.yml", inventory)
     record.write_yaml("extravars.yml", extravars)
@@ -77,7 +78,8 @@ def deploy(bp: Blueprint, tracker: Tracker, sink: EventSink, opts: DeployOptions
 def plan(bp: Blueprint, tracker: Tracker, sink: EventSink) -> RunOutcome:
     """A check + diff run: what deploy would change, file by file, changing nothing."""
     target = prepare_target(bp, bring_up_lab=False)
-    inventory, extravars = build_inventory(bp, target.access), build_extravars(bp)
+    inventory = build_inventory(bp, target.access)
+    extravars = {**build_extravars(bp), **target.runtime_extravars()}
     tracker.expect_hosts([e.name for e in host_entries(bp)])
     return run_playbook(inventory, extravars, PlaybookRun(check=True, diff=True), sink)
 

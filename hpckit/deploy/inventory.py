@@ -18,6 +18,7 @@ LAB_SLURM_VARS: dict[str, Any] = {
     "slurm_task_plugin": "task/affinity",
     "slurm_cgroup_enabled": False,
     "slurmd_config_overrides": True,
+    "slurm_accounting_mariadb_skip_networking": True,  # the controller's MariaDB on its Unix socket only
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from hpckit.lab.blueprint import spec_from_blueprint
 from hpckit.lab.errors import LabError
 from hpckit.lab.provider import lab_status, lab_up, ssh_identity
 from hpckit.lab.spec import LabSpec
+from hpckit.paths import PACKAGE_DIR
 from hpckit.slurm.transport import SshTransport
 
 
@@ -20,6 +22,17 @@ class Target:
     access: SshAccess
     addresses: dict[str, str]  # host -> address SSH uses (the name itself when none is declared)
     lab: bool
+
+    def runtime_extravars(self) -> dict[str, str]:
+        """What depends on this machine rather than the blueprint: lab nodes share its filesystem, so the
+        login node runs hpckit straight from the interpreter and source tree running this deploy."""
+        if not self.lab:
+            return {}
+        return {
+            "hpckit_install_mode": "shared",
+            "hpckit_python": sys.executable,
+            "hpckit_source": str(PACKAGE_DIR.parent),
+        }
 
     def transport(self, host: str) -> SshTransport:
         return ssh_transport(self.access, self.addresses.get(host, host), host)

@@ -1,0 +1,152 @@
+"""`hpckit templates list|show`, `hpckit render`, `hpckit submit`, `hpckit cancel`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from hpckit.jobs.library import Library, Template
+from hpckit.jobs.params import parse_sets
+from hpckit.jobs.submit import Submitted, check_accepted, render, submit, transport_for
+from hpckit.slurm.jobs import JobOutcome, Jobs, describe_failure
+
+template_arg = click.argument("template")
+set_option = click.option(
+    "--set", "-s", "sets", multiple=True, metavar="KEY=VALUE", help="set a template parameter (repeatable)"
+)
+cluster_option = click.option(
+    "--cluster", help="a cluster deployed by hpckit: run Slurm commands on its login node (default: this machine)"
+)
+
+
+@click.group("templates")
+def templates_group() -> None:
+    """The sbatch templates hpckit ships (and those in $HPCKIT_TEMPLATE_PATH)."""
+
+
+@templates_group.command("list")
+def templates_list() -> None:
+    """Each template's name and what it runs."""
+    table = Table("template", "description", box=None, header_style="bold")
+    for template in Library():
+        table.add_row(template.name, template.description)
+    Console().print(table)
+
+
+@templates_group.command("show")
+@template_arg
+@click.option("--source", is_flag=True, help="print the template file instead of its parameters")
+def templates_show(template: str, source: bool) -> None:
+    """A template's parameters: name, type, default, help."""
+    found = Library().get(template)
+    if source:
+        click.echo(found.path.read_text(), nl=False)
+        return
+    Console().print(_params_table(found))
+
+
+def _params_table(template: Template) -> Table:
+    table = Table("parameter", "type", "default", "help", title=f"{template.name}: {template.description}")
+    for spec in template.params.values():
+        default = str(spec.default).lower() if isinstance(spec.default, bool) else str(spec.default)
+        table.add_row(spec.name, spec.describe_type(), default or "-", spec.help)
+    return table
+
+
+@click.command("render")
+@template_arg
+@set_option
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), help="write the script here")
+def render_cmd(template: str, sets: tuple[str, ...], output: Path | None) -> None:
+    """Print (or write) the batch script TEMPLATE makes with these parameters."""
+    rendered = render(template, parse_sets(sets))
+    if output is None:
+        click.echo(rendered.script, nl=False)
+    else:
+        output.write_text(rendered.script)
+        output.chmod(0o755)
+
+
+@click.command("submit")
+@template_arg
+@set_option
+@cluster_option
+@click.option("--wait", is_flag=True, help="wait for the job, print its output, exit with its exit status")
+@click.option("--timeout", type=float, help="with --wait: give up waiting after this many seconds")
+@click.option(
+    "--test-only", "test_only_", is_flag=True, help="ask Slurm whether it would accept the job, submitting nothing"
+)
+@click.option("--backend", type=click.Choice(["auto", "cli", "pyslurm"]), default="auto", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
+def submit_cmd(
+    template: str,
+    sets: tuple[str, ...],
+    cluster: str | None,
+    wait: bool,
+    timeout: float | None,
+    test_only_: bool,
+    backend: str,
+    as_json: bool,
+) -> None:
+    """Render TEMPLATE and submit it with sbatch."""
+    rendered = render(template, parse_sets(sets))
+    jobs = Jobs.on(transport_for(cluster), backend)
+    if test_only_:
+        estimate = check_accepted(rendered, jobs)
+        text = f"Slurm accepts it: would start at {estimate.start} on {estimate.nodes or '?'}"
+        click.echo(json.dumps(estimate.__dict__) if as_json else text)
+        return
+    done = submit(rendered, jobs, wait=wait, timeout=timeout, check=False)
+    if done.outcome is None:
+        click.echo(json.dumps({"job_id": done.job_id, "template": rendered.template}) if as_json else done.job_id)
+        return
+    _report(done, done.outcome, as_json)
+
+
+def _report(done: Submitted, outcome: JobOutcome, as_json: bool) -> None:
+    record = outcome.record
+    if as_json:
+        click.echo(json.dumps(_outcome_json(done, outcome)))
+    else:
+        click.echo(outcome.output or "", nl=False)
+        state = f"job {done.job_id} {record.state} (exit code {record.exit_code}) in {outcome.seconds:.1f} s"
+        click.echo(state, err=True)
+    if not record.ok:
+        # The output is already printed in full above (or in the JSON): name the log, do not repeat it.
+        failure = describe_failure(record, None, "")
+        click.echo(f"hpckit: error: {failure}; output: {outcome.output_path or 'unknown'}", err=True)
+        sys.exit(record.status)
+
+
+def _outcome_json(done: Submitted, outcome: JobOutcome) -> dict[str, object]:
+    record = outcome.record
+    return {
+        "job_id": done.job_id,
+        "template": done.rendered.template,
+        "state": record.state,
+        "exit_code": record.exit_code,
+        "signal": record.signal,
+        "status": record.status,
+        "nodes": list(record.nodes),
+        "output_path": outcome.output_path,
+        "output": outcome.output,
+        "seconds": round(outcome.seconds, 3),
+    }
+
+
+@click.command("cancel")
+@click.argument("job_ids", nargs=-1, required=True)
+@cluster_option
+def cancel_cmd(job_ids: tuple[str, ...], cluster: str | None) -> None:
+    """Cancel jobs."""
+    jobs = Jobs.on(transport_for(cluster), "cli")
+    for job_id in job_ids:
+        jobs.cancel(job_id)
+
+
+COMMANDS = [templates_group, render_cmd, submit_cmd, cancel_cmd]

@@ -1,0 +1,405 @@
+"""Submit, watch, cancel batch jobs and read their output, through a Transport (here, or on the login node).
+
+Two backends behind one interface: the Slurm command line (the default, always there) and pyslurm
+(hpckit.slurm.pyslurm_backend), used only when it imports and matches the installed Slurm. `Jobs` puts
+the waiting, output fetching and error reporting on top of whichever one is chosen.
+
+Waiting polls `squeue -h -j ID -o %T` at most a second apart (`sbatch --wait` polls at 2, 8, 32 s
+intervals and so reports a 2 s job ~20 s late), then asks accounting (`sacct`) for the final state,
+exit code and nodes, and the controller (`scontrol show job`) when accounting has no final row yet.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from hpckit.errors import HpckitError
+from hpckit.slurm.jobparse import (
+    FINISHED_QUEUE_STATES,
+    SACCT_FIELDS,
+    JobRecord,
+    TestOnlyEstimate,
+    expand_output_path,
+    parse_delimited,
+    parse_queue_state,
+    parse_scontrol,
+    parse_submit,
+    parse_test_only,
+    record_from_sacct,
+    record_from_scontrol,
+    slurm_error,
+)
+from hpckit.slurm.transport import CommandResult, LocalTransport, Transport, TransportError
+
+POLL_FIRST_S = 0.1
+POLL_MAX_S = 1.0
+POLL_RAMP_S = 30.0
+# After a job leaves the queue, accounting may lag the controller by a moment.
+RECORD_GRACE_S = 10.0
+TAIL_LINES = 20
+
+
+class JobError(HpckitError):
+    """A job-layer failure: Slurm refused a command, or a job ended badly."""
+
+
+class JobRejectedError(JobError):
+    """sbatch refused the script; the message is Slurm's own."""
+
+    exit_code = 2
+
+
+class UnknownPartitionError(JobRejectedError):
+    pass
+
+
+class JobFailedError(JobError):
+    """A job ended in a state other than COMPLETED with exit code 0."""
+
+    def __init__(self, record: JobRecord, output_path: str | None, tail: str) -> None:
+        self.record = record
+        self.output_path = output_path
+        self.tail = tail
+        self.exit_code = record.status
+        super().__init__(describe_failure(record, output_path, tail))
+
+
+class JobWaitTimeout(JobError):
+    pass
+
+
+def describe_failure(record: JobRecord, output_path: str | None, tail: str) -> str:
+    where = record.batch_host or (record.nodes[0] if record.nodes else "no node")
+    how = f"exit code {record.exit_code}" + (f", signal {record.signal}" if record.signal else "")
+    text = f"job {record.job_id} {record.state} ({how}) on {where}"
+    if record.reason:
+        text += f": {record.reason}"
+    if output_path and tail.strip():
+        text += f"\nlast lines of {output_path}:\n{tail.rstrip()}"
+    elif output_path:
+        text += f"\n{output_path} is empty or unreadable"
+    return text
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """The controller's view of a job while it still knows it (MinJobAge after the end)."""
+
+    record: JobRecord
+    stdout_path: str
+    stderr_path: str
+    work_dir: str
+
+
+class JobBackend(Protocol):
+    """One way of talking to Slurm. Every method raises JobError (or a subclass) on failure."""
+
+    name: str
+
+    def submit(self, script: str) -> str: ...
+
+    def test_only(self, script: str) -> TestOnlyEstimate: ...
+
+    def queue_state(self, job_id: str) -> str | None: ...
+
+    def accounting(self, job_id: str) -> JobRecord | None: ...
+
+    def info(self, job_id: str) -> JobInfo | None: ...
+
+    def cancel(self, job_id: str) -> None: ...
+
+    def partitions(self) -> list[str]: ...
+
+
+@dataclass
+class CliBackend:
+    """The Slurm command line, machine-readable forms only (--parsable, -h -o, -P, -o)."""
+
+    transport: Transport
+    name: str = "cli"
+    # Wait with one long command on the login node instead of a command per poll; None: when over SSH.
+    wait_remotely: bool | None = None
+
+    def _run(self, *argv: str, stdin: str | None = None, timeout: float = 30.0) -> CommandResult:
+        return self.transport.run(argv, stdin=stdin, timeout=timeout)
+
+    def _sbatch(self, option: str, script: str) -> CommandResult:
+        """sbatch reading the script from its stdin.
+
+        Over SSH the script travels as an argument and a shell on the login node pipes it in: fabric
+        feeds a command's stdin one byte per 10 ms poll, which made a 1 KB script take 5-10 s to submit.
+        """
+        if isinstance(self.transport, LocalTransport) or len(script.encode()) > _MAX_ARG_BYTES:
+            return self._run("sbatch", option, stdin=script)
+        return self._run("sh", "-c", 'printf "%s" "$1" | sbatch "$2"', "hpckit-submit", script, option)
+
+    def submit(self, script: str) -> str:
+        done = self._sbatch("--parsable", script)
+        if not done.ok:
+            raise self._rejection(done, script)
+        return parse_submit(done.stdout)
+
+    def test_only(self, script: str) -> TestOnlyEstimate:
+        done = self._sbatch("--test-only", script)
+        if not done.ok:
+            raise self._rejection(done, script)
+        return parse_test_only(done.stderr + done.stdout)
+
+    def _rejection(self, done: CommandResult, script: str) -> JobRejectedError:
+        message = slurm_error(done.stderr) or done.describe()
+        if "invalid partition" in message.lower():
+            known = ", ".join(self.partitions()) or "none"
+            asked = _requested_partition(script)
+            return UnknownPartitionError(f"Slurm rejected the job: {message} (asked for {asked}; partitions: {known})")
+        return JobRejectedError(f"Slurm rejected the job: {message}")
+
+    def queue_state(self, job_id: str) -> str | None:
+        done = self._run("squeue", "-h", "-j", job_id, "-o", "%T")
+        if not done.ok:
+            # Once the controller has purged the job, squeue calls the id invalid: it is no longer queued.
+            if "invalid job id" in done.stderr.lower():
+                return None
+            raise JobError(done.describe())
+        return parse_queue_state(done.stdout)
+
+    def accounting(self, job_id: str) -> JobRecord | None:
+        fields = ",".join(SACCT_FIELDS)
+        done = self._run("sacct", "-X", "-n", "-P", "-j", job_id, "-o", fields)
+        if not done.ok:
+            return None  # accounting off or slurmdbd unreachable: the controller still knows the job
+        return record_from_sacct(parse_delimited(done.stdout, SACCT_FIELDS), job_id)
+
+    def info(self, job_id: str) -> JobInfo | None:
+        done = self._run("scontrol", "show", "job", "-o", job_id)
+        if not done.ok:
+            if "invalid job id" in (done.stderr + done.stdout).lower():
+                return None
+            raise JobError(done.describe())
+        records = [r for r in parse_scontrol(done.stdout) if r.get("JobId") == job_id]
+        if not records:
+            return None
+        fields = records[0]
+        return JobInfo(
+            record_from_scontrol(fields),
+            expand_output_path(fields.get("StdOut", ""), fields),
+            expand_output_path(fields.get("StdErr", ""), fields),
+            fields.get("WorkDir", ""),
+        )
+
+    @property
+    def remote(self) -> bool:
+        if self.wait_remotely is not None:
+            return self.wait_remotely
+        return not isinstance(self.transport, LocalTransport)
+
+    def wait_on_login(self, job_id: str, timeout: float | None) -> bool:
+        """Poll squeue on the login node itself, in one SSH command: True once the job has left the queue.
+
+        Over SSH every command costs a round trip (a few tenths of a second, more on a busy login node);
+        polling there keeps the 0.1-1 s cadence and costs one. False when it timed out.
+        """
+        limit = "0" if timeout is None else str(max(1, int(timeout)))
+        done = self.transport.run(["sh", "-c", _WAIT_SCRIPT, "hpckit-wait", job_id, limit], timeout=None)
+        if done.rc not in (0, 124):
+            raise JobError(f"waiting for job {job_id} on {self.transport.where}: {done.describe()}")
+        return done.rc == 0
+
+    def cancel(self, job_id: str) -> None:
+        done = self._run("scancel", job_id)
+        if not done.ok:
+            raise JobError(f"cannot cancel job {job_id}: {slurm_error(done.stderr) or done.describe()}")
+
+    def partitions(self) -> list[str]:
+        done = self._run("sinfo", "-h", "-o", "%R")
+        return sorted({line.strip() for line in done.stdout.splitlines() if line.strip()}) if done.ok else []
+
+
+# Linux limits one argument to 128 KiB (MAX_ARG_STRLEN); leave room for the rest of the command line.
+_MAX_ARG_BYTES = 100_000
+
+# POSIX sh, run on the login node: the same polling as Jobs.wait (0.1 s apart at first, growing to 1 s),
+# until squeue no longer lists the job as queued or running; exit 124 after $2 seconds (0: never).
+_WAIT_SCRIPT = """
+id=$1 limit=$2 waited=0 ticks=0
+while :; do
+  state=$(squeue -h -j "$id" -o %T 2>/dev/null | head -n 1)
+  case "$state" in
+    ""|COMPLETING|COMPLETED|FAILED|CANCELLED*|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|PREEMPTED|BOOT_FAIL|DEADLINE|\
+    REVOKED|SPECIAL_EXIT) exit 0 ;;
+  esac
+  ticks=$((ticks + 1))
+  if [ "$ticks" -le 20 ]; then delay=0.1; elif [ "$ticks" -le 60 ]; then delay=0.25; else delay=1; fi
+  sleep "$delay"
+  waited=$(awk -v w="$waited" -v d="$delay" 'BEGIN { print w + d }')
+  if [ "$limit" -gt 0 ] && awk -v w="$waited" -v l="$limit" 'BEGIN { exit !(w >= l) }'; then exit 124; fi
+done
+"""
+
+
+def _requested_partition(script: str) -> str:
+    for line in script.splitlines():
+        words = shlex.split(line, comments=False) if line.startswith("#SBATCH") else []
+        for word in words[1:]:
+            if word.startswith(("--partition=", "-p")):
+                return repr(word.split("=", 1)[-1] if "=" in word else word[2:])
+    return "the default partition"
+
+
+def backend_for(transport: Transport, prefer: str = "auto") -> JobBackend:
+    """pyslurm when asked for (or 'auto' and usable here), else the command line.
+
+    pyslurm talks to the local Slurm only, so a remote transport always gets the command line.
+    """
+    if prefer not in ("auto", "cli", "pyslurm"):
+        raise JobError(f"unknown job backend {prefer!r} (auto, cli, pyslurm)")
+    if prefer != "cli" and isinstance(transport, LocalTransport):
+        from hpckit.slurm.pyslurm_backend import PyslurmBackend, pyslurm_unusable
+
+        reason = pyslurm_unusable(transport)
+        if reason is None:
+            return PyslurmBackend(transport)
+        if prefer == "pyslurm":
+            raise JobError(f"the pyslurm backend cannot be used: {reason}")
+    elif prefer == "pyslurm":
+        raise JobError("the pyslurm backend works on the machine running Slurm's clients only, not over SSH")
+    return CliBackend(transport)
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    record: JobRecord
+    output_path: str | None
+    output: str | None
+    seconds: float
+
+
+def poll_intervals(first: float = POLL_FIRST_S, cap: float = POLL_MAX_S, ramp: float = POLL_RAMP_S) -> Iterator[float]:
+    """Delays between polls: `first` at the start, growing by 1 s per `ramp` s of waiting, at most `cap`.
+
+    A short job is seen finished within a tenth of a second; a long one costs the controller one query a second.
+    """
+    waited = 0.0
+    while True:
+        delay = min(cap, first + waited / ramp)
+        yield delay
+        waited += delay
+
+
+@dataclass
+class Jobs:
+    backend: JobBackend
+    transport: Transport
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+
+    @classmethod
+    def on(cls, transport: Transport, prefer: str = "auto") -> Jobs:
+        return cls(backend_for(transport, prefer), transport)
+
+    def submit(self, script: str) -> str:
+        return self.backend.submit(script)
+
+    def test_only(self, script: str) -> TestOnlyEstimate:
+        return self.backend.test_only(script)
+
+    def cancel(self, job_id: str) -> None:
+        self.backend.cancel(job_id)
+
+    def wait(self, job_id: str, timeout: float | None = None) -> JobRecord:
+        """Block until the job has finished; its final record (state, exit code, nodes)."""
+        return self._wait(job_id, timeout)[0]
+
+    def _wait(self, job_id: str, timeout: float | None) -> tuple[JobRecord, JobInfo | None]:
+        deadline = None if timeout is None else self.clock() + timeout
+        if isinstance(self.backend, CliBackend) and self.backend.remote:
+            try:
+                if self.backend.wait_on_login(job_id, timeout):
+                    return self._final(job_id)
+                raise JobWaitTimeout(f"job {job_id} still queued or running after {timeout} s")
+            except TransportError:
+                pass  # the connection broke (a long job, a restarted sshd): poll from here instead
+        intervals = poll_intervals()
+        while True:
+            state = self.backend.queue_state(job_id)
+            if state is None or state in FINISHED_QUEUE_STATES:
+                return self._final(job_id)
+            self._pause(next(intervals), deadline, f"job {job_id} still {state} after {timeout} s")
+
+    def _final(self, job_id: str) -> tuple[JobRecord, JobInfo | None]:
+        """Accounting's final record, completed by the controller's while it still knows the job.
+
+        Right after a job ends, sacct can list only its first node (its NodeList catches up a moment
+        later) and drops the signal of a cancelled job; scontrol has both. sacct having nothing yet,
+        scontrol's record stands in for it.
+        """
+        deadline = self.clock() + RECORD_GRACE_S
+        intervals = poll_intervals()
+        while True:
+            record = self.backend.accounting(job_id)
+            info = self.backend.info(job_id)
+            if record is not None and record.finished:
+                return (_completed_by(record, info.record) if info else record), info
+            if info is not None and info.record.finished:
+                return info.record, info
+            self._pause(
+                next(intervals),
+                deadline,
+                f"job {job_id} left the queue but neither sacct nor scontrol shows how it ended",
+            )
+
+    def _pause(self, delay: float, deadline: float | None, message: str) -> None:
+        if deadline is not None and self.clock() + delay > deadline:
+            raise JobWaitTimeout(message)
+        self.sleep(delay)
+
+    def read_file(self, path: str, tail_lines: int | None = None) -> str | None:
+        """A file on the cluster (shared filesystem) as the login node sees it; None when it cannot be read."""
+        argv = ["tail", "-n", str(tail_lines), "--", path] if tail_lines else ["cat", "--", path]
+        done = self.transport.run(argv, timeout=60)
+        return done.stdout if done.ok else None
+
+    def output_path(self, job_id: str) -> str | None:
+        info = self.backend.info(job_id)
+        return info.stdout_path if info is not None and info.stdout_path else None
+
+    def run(self, script: str, timeout: float | None = None, *, check: bool = True) -> JobOutcome:
+        """Submit, wait, and fetch the output; JobFailedError (with the log's tail) when `check` and it failed."""
+        start = self.clock()
+        job_id = self.submit(script)
+        return self.follow(job_id, start, timeout, check=check)
+
+    def follow(self, job_id: str, start: float, timeout: float | None, *, check: bool = True) -> JobOutcome:
+        record, info = self._wait(job_id, timeout)
+        # The controller still knows the job (for MinJobAge, 300 s by default) and so its output path.
+        path = info.stdout_path if info is not None and info.stdout_path else None
+        output = self.read_file(path) if path else None
+        outcome = JobOutcome(record, path, output, self.clock() - start)
+        if check and not record.ok:
+            tail = "\n".join((output or "").splitlines()[-TAIL_LINES:])
+            raise JobFailedError(record, path, tail)
+        return outcome
+
+
+def _completed_by(accounting: JobRecord, controller: JobRecord) -> JobRecord:
+    if not controller.finished:
+        return accounting
+    return replace(
+        accounting,
+        nodes=controller.nodes or accounting.nodes,
+        signal=accounting.signal or controller.signal,
+        reason=controller.reason,
+        batch_host=controller.batch_host,
+    )
+
+
+def ensure_dirs(transport: Transport, dirs: tuple[str, ...]) -> None:
+    """Create the directories a job writes into (Slurm does not, and fails the job silently)."""
+    if not dirs:
+        return
+    done = transport.run(["mkdir", "-p", "--", *dirs], timeout=30)
+    if not done.ok:
+        raise JobError(f"cannot create {', '.join(dirs)}: {done.describe()}")

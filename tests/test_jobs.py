@@ -1,0 +1,430 @@
+"""The job layer on text: parsers on real Slurm output, and waiting/errors against a scripted transport."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import pytest
+
+from hpckit.slurm.jobparse import (
+    JobRecord,
+    base_state,
+    expand_output_path,
+    parse_delimited,
+    parse_exit_code,
+    parse_queue_state,
+    parse_scontrol,
+    parse_submit,
+    parse_test_only,
+    record_from_sacct,
+    record_from_scontrol,
+    slurm_error,
+)
+from hpckit.slurm.jobs import (
+    CliBackend,
+    JobError,
+    JobFailedError,
+    JobRejectedError,
+    Jobs,
+    JobWaitTimeout,
+    UnknownPartitionError,
+    backend_for,
+    describe_failure,
+    poll_intervals,
+)
+from hpckit.slurm.parsers import SlurmParseError
+from hpckit.slurm.transport import CommandResult, LocalTransport, TransportError
+
+DATA = Path(__file__).resolve().parent / "data" / "jobs"
+LAB = DATA / "lab"
+
+
+def sample(name: str) -> str:
+    return (DATA / name).read_text()
+
+
+def lab(name: str) -> str:
+    return (LAB / name).read_text()
+
+
+# --- parsers ----------------------------------------------------------------------------------------------
+
+
+def test_parse_submit() -> None:
+    assert parse_submit(lab("sbatch-parsable-22.05.8.txt")) == "14"
+    assert parse_submit("77;othercluster\n") == "77"
+    with pytest.raises(SlurmParseError, match="not a job id"):
+        parse_submit("Submitted batch job 12\n")
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        (
+            "sbatch-invalid-partition-22.05.8.txt",
+            "invalid partition specified: nosuch; Batch job submission failed: Invalid partition name specified",
+        ),
+        (
+            "sbatch-cpu-count-per-node-22.05.8.txt",
+            "CPU count per node can not be satisfied; "
+            "Batch job submission failed: Requested node configuration is not available",
+        ),
+        ("sbatch-gpus-not-available-22.05.8.txt", "Requested node configuration is not available"),
+        ("sbatch-not-a-batch-script-22.05.8.txt", "This does not look like a batch script."),
+    ],
+)
+def test_slurm_error_keeps_slurms_words(name: str, message: str) -> None:
+    assert message in slurm_error(lab(name))
+    assert "sbatch: error:" not in slurm_error(lab(name))
+
+
+def test_parse_test_only_lab_and_published() -> None:
+    lab_estimate = parse_test_only(lab("sbatch-test-only-22.05.8.txt"))
+    assert (lab_estimate.job_id, lab_estimate.processors) == ("13", 2)
+    assert (lab_estimate.nodes, lab_estimate.partition) == ("node[1-2]", "gpu")
+    assert lab_estimate.start == "2026-11-21T06:09:36"
+    # the published line has a stray word before "using"
+    a100 = parse_test_only(sample("sbatch-test-only-estimate-a100-partition.txt"))
+    assert (a100.job_id, a100.processors, a100.nodes, a100.partition) == ("704798", 8, "spcc-a100g06", "GPU-1A")
+    # the old srun form has neither "nodes" nor a partition, inside a wrapper script's own lines
+    old = parse_test_only(sample("srun-test-only-estimate-2019-with-wrapper-output.txt"))
+    assert (old.job_id, old.processors, old.nodes, old.partition) == ("455329", 1, "charles12", "")
+    with pytest.raises(SlurmParseError, match="no start estimate"):
+        parse_test_only(lab("sbatch-invalid-partition-22.05.8.txt"))
+
+
+def test_parse_queue_state() -> None:
+    assert parse_queue_state(lab("squeue-h-o-T-running-22.05.8.txt")) == "RUNNING"
+    assert parse_queue_state("") is None
+    assert parse_queue_state("  \n") is None
+
+
+def test_states_and_exit_codes() -> None:
+    assert base_state("CANCELLED by 0") == "CANCELLED"
+    assert base_state("completed") == "COMPLETED"
+    assert parse_exit_code("3:0") == (3, 0) and parse_exit_code("0:15") == (0, 15)
+    with pytest.raises(SlurmParseError):
+        parse_exit_code("3")
+    with pytest.raises(SlurmParseError):
+        base_state("")
+
+
+def test_sacct_rows_from_the_lab() -> None:
+    fields = ("JobID", "State", "ExitCode", "NodeList")
+    failed = record_from_sacct(parse_delimited(lab("sacct-X-n-P-failed-22.05.8.txt"), fields), "14")
+    assert failed == JobRecord("14", "FAILED", 3, 0, ("node1", "node2"), "sacct")
+    assert failed.finished and not failed.ok and failed.status == 3
+    cancelled = record_from_sacct(parse_delimited(lab("sacct-X-n-P-cancelled-22.05.8.txt"), fields), "15")
+    assert cancelled is not None and cancelled.state == "CANCELLED" and cancelled.status == 1
+    assert record_from_sacct(parse_delimited(lab("sacct-X-n-P-pending-or-running-22.05.8.txt"), fields), "16") is None
+
+
+def test_sacct_published_with_headers_and_delimiters() -> None:
+    rows = parse_delimited(sample("sacct-parsable2-o-all-slurm20.txt"), header=True)
+    assert len(rows) == 68 and len(rows[0]) == 109
+    assert {r["State"] for r in rows} == {"COMPLETED"} and rows[0]["NodeList"] == "node077"
+    record = record_from_sacct(rows, rows[0]["JobID"])
+    assert record == JobRecord("8012944_24093.0", "COMPLETED", 0, 0, ("node077",), "sacct")
+    running = parse_delimited(sample("sacct-parsable2-o-all-hash-pipe-delim-slurm21.08plus-running.txt"), header=True,
+                              delimiter="|#")  # fmt: skip
+    assert len(running) == 10 and {r["State"] for r in running} == {"RUNNING"}
+    assert "Container" in running[0] and running[0]["JobID"].endswith(".extern")
+    with pytest.raises(SlurmParseError, match="fields, expected"):
+        parse_delimited("a|b|c\n", ("JobID", "State"))
+
+
+def test_scontrol_one_line_records_from_the_lab() -> None:
+    (fields,) = parse_scontrol(lab("scontrol-show-job-o-failed-22.05.8.txt"))
+    record = record_from_scontrol(fields)
+    assert (record.job_id, record.state, record.exit_code, record.reason) == ("14", "FAILED", 3, "NonZeroExitCode")
+    assert record.nodes == ("node1", "node2") and record.batch_host == "node1"
+    assert fields["StdOut"] == "/tmp/f-14.out" and fields["AllocNode:Sid"].startswith("login:")
+    (cancelled,) = parse_scontrol(lab("scontrol-show-job-o-cancelled-22.05.8.txt"))
+    assert record_from_scontrol(cancelled).signal == 15  # the controller keeps the signal sacct drops
+
+
+def test_scontrol_multi_line_published_records() -> None:
+    (job,) = parse_scontrol(sample("scontrol-show-job-d-8node-64gpu-running.txt"))
+    record = record_from_scontrol(job)
+    assert record.state == "RUNNING" and len(record.nodes) == 8 and record.nodes[0] == "node1433"
+    assert job["ReqTRES"] == "cpu=2048,mem=12000G,node=8,billing=4572,gres/gpu=64"
+    assert job["CPUs/Task"] == "32" and job["JobName"] == "slurm_job_name"
+    array = parse_scontrol(sample("scontrol-show-job-d-array-job.txt"))
+    assert [r["JobId"] for r in array] == ["30214", "31214"] and array[0]["ArrayTaskId"] == "28-59%100"
+    with pytest.raises(SlurmParseError, match="no JobState"):
+        record_from_scontrol({"JobId": "1", "ExitCode": "0:0"})
+
+
+def test_expand_output_path() -> None:
+    fields = {"JobId": "42", "JobName": "train", "UserId": "alice(1000)", "NodeList": "node[3-4]"}
+    assert expand_output_path("/logs/%x-%j.out", fields) == "/logs/train-42.out"
+    assert expand_output_path("/logs/%u/%N-%5j%%.out", fields) == "/logs/alice/node3-00042%.out"
+    assert expand_output_path("/root/sbatch-1.out", fields) == "/root/sbatch-1.out"  # already filled in
+
+
+# --- the wait loop and errors, against a scripted transport -------------------------------------------------
+
+Reply = tuple[int, str, str]
+
+
+class ScriptedTransport:
+    """Answers each command from a queue of replies per program; records what ran."""
+
+    where = "login"
+
+    def __init__(self, replies: Mapping[str, Sequence[Reply | Callable[[], Reply]]]) -> None:
+        self.replies = {name: list(items) for name, items in replies.items()}
+        self.calls: list[tuple[str, ...]] = []
+        self.raw_calls: list[tuple[str, ...]] = []
+        self.stdin: list[str | None] = []
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: str | None = None,
+        timeout: float | None = 60.0,
+        env: Mapping[str, str] | None = None,
+    ) -> CommandResult:
+        self.raw_calls.append(tuple(argv))
+        if tuple(argv[:2]) == ("sh", "-c") and argv[3] == "hpckit-submit":
+            # What the login node's shell does with it: sbatch OPTION, the script on its stdin.
+            argv, stdin = ["sbatch", argv[5]], argv[4]
+        self.calls.append(tuple(argv))
+        self.stdin.append(stdin)
+        queue = self.replies[argv[0]]
+        reply = queue.pop(0) if len(queue) > 1 else queue[0]
+        rc, out, err = reply() if callable(reply) else reply
+        return CommandResult(tuple(argv), rc, out, err, self.where)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def time(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def jobs_on(transport: ScriptedTransport, clock: FakeClock, *, remote: bool = False) -> Jobs:
+    return Jobs(CliBackend(transport, wait_remotely=remote), transport, sleep=clock.sleep, clock=clock.time)
+
+
+SCONTROL_FAILED = (0, lab("scontrol-show-job-o-failed-22.05.8.txt"), "")
+
+
+def test_run_polls_quickly_then_takes_the_final_state_from_sacct() -> None:
+    transport = ScriptedTransport(
+        {
+            "sbatch": [(0, "14\n", "")],
+            "squeue": [(0, "PENDING\n", ""), (0, "RUNNING\n", ""), (0, "RUNNING\n", ""), (0, "", "")],
+            "sacct": [(0, "14|COMPLETED|0:0|node[1-2]\n", "")],
+            "scontrol": [SCONTROL_FAILED],
+            "cat": [(0, "hello\n", "")],
+        }
+    )
+    clock = FakeClock()
+    outcome = jobs_on(transport, clock).run("#!/bin/bash\nhostname\n")
+    assert outcome.record.ok and outcome.output == "hello\n" and outcome.output_path == "/tmp/f-14.out"
+    assert transport.stdin[0] == "#!/bin/bash\nhostname\n"  # the script goes to sbatch on stdin
+    assert ("sbatch", "--parsable") in transport.calls
+    assert ("squeue", "-h", "-j", "14", "-o", "%T") in transport.calls
+    assert ("sacct", "-X", "-n", "-P", "-j", "14", "-o", "JobID,State,ExitCode,NodeList") in transport.calls
+    assert ("cat", "--", "/tmp/f-14.out") in transport.calls
+    assert all(s <= 1.0 for s in clock.sleeps) and clock.sleeps[0] < 0.2
+
+
+def test_sacct_lag_falls_back_to_scontrol() -> None:
+    transport = ScriptedTransport(
+        {"squeue": [(0, "COMPLETING\n", "")], "sacct": [(0, "", "")], "scontrol": [SCONTROL_FAILED]}
+    )
+    record = jobs_on(transport, FakeClock()).wait("14")
+    assert record.source == "scontrol" and record.state == "FAILED" and record.exit_code == 3
+
+
+def test_the_controller_completes_a_fresh_accounting_record() -> None:
+    """Just after the end, sacct may list one node (it catches up later) and drops a cancel's signal."""
+    transport = ScriptedTransport(
+        {
+            "squeue": [(0, "", "")],
+            "sacct": [(0, lab("sacct-X-n-P-cancelled-22.05.8.txt").replace("node1", "node9"), "")],
+            "scontrol": [(0, lab("scontrol-show-job-o-cancelled-22.05.8.txt"), "")],
+        }
+    )
+    record = jobs_on(transport, FakeClock()).wait("15")
+    assert (record.state, record.source, record.signal, record.status) == ("CANCELLED", "sacct", 15, 143)
+    assert record.nodes == ("node1",) and record.batch_host == "node1"
+
+
+def test_sacct_still_running_then_final() -> None:
+    still = (0, "14|RUNNING|0:0|node[1-2]\n", "")
+    transport = ScriptedTransport(
+        {
+            "squeue": [(1, "", "slurm_load_jobs error: Invalid job id specified\n")],
+            "sacct": [still, (0, "14|FAILED|3:0|node[1-2]\n", "")],
+            "scontrol": [(1, "", "slurm_load_jobs error: Invalid job id specified\n")],
+        }
+    )
+    record = jobs_on(transport, FakeClock()).wait("14")
+    assert record.source == "sacct" and record.state == "FAILED"
+
+
+def test_wait_timeout_and_nothing_known() -> None:
+    running = ScriptedTransport({"squeue": [(0, "RUNNING\n", "")]})
+    with pytest.raises(JobWaitTimeout, match="still RUNNING after 5"):
+        jobs_on(running, FakeClock()).wait("9", timeout=5)
+    vanished = ScriptedTransport(
+        {"squeue": [(0, "", "")], "sacct": [(0, "", "")], "scontrol": [(1, "", "Invalid job id")]}
+    )
+    with pytest.raises(JobWaitTimeout, match="neither sacct nor scontrol"):
+        jobs_on(vanished, FakeClock()).wait("9")
+
+
+def test_failed_job_error_names_exit_code_node_and_tail() -> None:
+    log = "".join(f"line {i}\n" for i in range(40)) + "Traceback: boom\n"
+    transport = ScriptedTransport(
+        {
+            "sbatch": [(0, "14\n", "")],
+            "squeue": [(0, "", "")],
+            "sacct": [(0, "14|FAILED|3:0|node[1-2]\n", "")],
+            "scontrol": [SCONTROL_FAILED],
+            "cat": [(0, log, "")],
+        }
+    )
+    with pytest.raises(JobFailedError) as caught:
+        jobs_on(transport, FakeClock()).run("#!/bin/bash\nexit 3\n")
+    message = str(caught.value)
+    assert message.startswith("job 14 FAILED (exit code 3) on node1")
+    assert "last lines of /tmp/f-14.out:" in message and message.endswith("Traceback: boom")
+    assert "line 20" not in message and caught.value.exit_code == 3
+
+
+def test_rejections_carry_slurms_message() -> None:
+    partition = ScriptedTransport(
+        {"sbatch": [(1, "", lab("sbatch-invalid-partition-22.05.8.txt"))], "sinfo": [(0, "gpu\ncpu\n", "")]}
+    )
+    with pytest.raises(UnknownPartitionError) as caught:
+        jobs_on(partition, FakeClock()).submit("#!/bin/bash\n#SBATCH --partition=nosuch\nhostname\n")
+    assert "Invalid partition name specified" in str(caught.value)
+    assert "asked for 'nosuch'; partitions: cpu, gpu" in str(caught.value) and caught.value.exit_code == 2
+    shape = ScriptedTransport({"sbatch": [(1, "", lab("sbatch-cpu-count-per-node-22.05.8.txt"))]})
+    with pytest.raises(JobRejectedError, match="Slurm rejected the job: CPU count per node can not be satisfied"):
+        jobs_on(shape, FakeClock()).submit("#!/bin/bash\n")
+
+
+def test_test_only_and_cancel() -> None:
+    transport = ScriptedTransport({"sbatch": [(0, "", lab("sbatch-test-only-22.05.8.txt"))], "scancel": [(0, "", "")]})
+    jobs = jobs_on(transport, FakeClock())
+    assert jobs.test_only("#!/bin/bash\n").nodes == "node[1-2]"
+    assert transport.calls[0] == ("sbatch", "--test-only")
+    jobs.cancel("5")  # Slurm 22.05's scancel says nothing, and exits 0, even for an unknown id
+    assert transport.calls[1] == ("scancel", "5")
+
+
+def test_over_ssh_the_script_travels_as_an_argument() -> None:
+    transport = ScriptedTransport({"sbatch": [(0, "15\n", "")]})
+    script = "#!/bin/bash\n#SBATCH --job-name='a b'\nprintf '%s\\n' \"$x\"\n"
+    assert CliBackend(transport).submit(script) == "15"
+    ((sh, flag, command, name, sent, option),) = transport.raw_calls
+    assert (sh, flag, name, sent, option) == ("sh", "-c", "hpckit-submit", script, "--parsable")
+    piped = subprocess.run(["sh", "-c", command.replace("sbatch", "cat"), name, script, "-"], capture_output=True)
+    assert piped.stdout.decode() == script  # the login node's shell hands sbatch the script byte for byte
+
+
+def test_over_ssh_the_waiting_happens_on_the_login_node() -> None:
+    transport = ScriptedTransport(
+        {"sh": [(0, "", "")], "sacct": [(0, "14|COMPLETED|0:0|node[1-2]\n", "")], "scontrol": [SCONTROL_FAILED]}
+    )
+    assert jobs_on(transport, FakeClock(), remote=True).wait("14", timeout=30).ok
+    (wait_call,) = [c for c in transport.calls if c[0] == "sh"]
+    assert wait_call[-2:] == ("14", "30") and "squeue -h -j" in wait_call[2]
+    assert not any(c[0] == "squeue" for c in transport.calls)  # no poll of its own over SSH
+    timed_out = ScriptedTransport({"sh": [(124, "", "")]})
+    with pytest.raises(JobWaitTimeout, match="still queued or running after 30"):
+        jobs_on(timed_out, FakeClock(), remote=True).wait("14", timeout=30)
+
+
+def _broken_connection() -> Reply:
+    raise TransportError("cannot reach login over SSH: connection reset")
+
+
+def test_a_broken_connection_falls_back_to_polling() -> None:
+    transport = ScriptedTransport(
+        {
+            "sh": [_broken_connection],
+            "squeue": [(0, "", "")],
+            "sacct": [(0, "14|COMPLETED|0:0|node[1-2]\n", "")],
+            "scontrol": [(1, "", lab("squeue-invalid-job-id-22.05.8.txt"))],
+        }
+    )
+    assert jobs_on(transport, FakeClock(), remote=True).wait("14").ok
+
+
+def test_the_login_node_wait_script_polls_squeue(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shell loop itself, with a stand-in squeue that says RUNNING twice (or forever), then nothing."""
+    count = tmp_path / "count"
+    count.write_text("0")
+    stub = tmp_path / "squeue"
+    stub.write_text(
+        f"#!/bin/sh\nn=$(($(cat {count}) + 1)); echo $n > {count}\n"
+        f'[ "$n" -le 2 ] || [ -e {tmp_path}/forever ] && echo RUNNING\nexit 0\n'
+    )
+    stub.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    backend = CliBackend(LocalTransport(), wait_remotely=True)
+    assert backend.wait_on_login("5", 10) is True
+    assert count.read_text().strip() == "3"
+    (tmp_path / "forever").touch()
+    assert backend.wait_on_login("5", 1) is False
+
+
+def test_poll_intervals_are_short_then_capped_at_one_second() -> None:
+    gen = poll_intervals()
+    delays = [next(gen) for _ in range(200)]
+    assert delays[0] <= 0.1 and max(delays) == 1.0 and delays == sorted(delays)
+    assert sum(delays[:10]) < 1.5  # a short job is not kept waiting
+
+
+def test_describe_failure_without_output() -> None:
+    record = JobRecord("7", "TIMEOUT", 0, 0, (), "sacct")
+    assert (
+        describe_failure(record, "/x.out", "")
+        == "job 7 TIMEOUT (exit code 0) on no node\n/x.out is empty or unreadable"
+    )
+    assert record.status == 1
+
+
+def test_backend_choice() -> None:
+    local = LocalTransport()
+    assert backend_for(local, "cli").name == "cli"
+    ssh = ScriptedTransport({})
+    assert backend_for(ssh, "auto").name == "cli"  # pyslurm talks to the local Slurm only
+    with pytest.raises(JobError, match="not over SSH"):
+        backend_for(ssh, "pyslurm")
+    with pytest.raises(JobError, match="unknown job backend"):
+        backend_for(local, "rest")
+
+
+def test_pyslurm_backend_is_guarded() -> None:
+    pytest.importorskip("pyslurm", reason="pyslurm is not installed: the guard is what there is to test")
+    from hpckit.slurm.pyslurm_backend import pyslurm_unusable
+
+    assert pyslurm_unusable(ScriptedTransport({"sinfo": [(0, "slurm-wlm 1.0.0\n", "")]})) is not None
+
+
+def test_asking_for_pyslurm_without_it_is_a_clear_error() -> None:
+    try:
+        import pyslurm  # noqa: F401
+    except ImportError:
+        with pytest.raises(JobError, match="pyslurm is not importable"):
+            backend_for(LocalTransport(), "pyslurm")
+    else:
+        pytest.skip("pyslurm is installed")

@@ -1,0 +1,338 @@
+"""sbatch templates: declared parameters, typed values, quoting, and what the rendered scripts do when run.
+
+The injection tests here run every rendered script under bash with stand-ins for srun/scontrol/python,
+with hostile text in every free-text parameter, and check that nothing the text says ever ran. The lab
+tests (test_jobs_lab.py) submit the same values to a real Slurm.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from hpckit.errors import InputError
+from hpckit.jobs.library import Library
+from hpckit.jobs.params import ParamSpec, Words, bind, parse_sets
+from hpckit.jobs.render import Raw, TemplateError, finalize, raw
+from tests.jobutil import cli_with_jobs
+
+TEMPLATES = ["nccl-tests", "nemo", "run", "torchrun"]
+FREE_TEXT = {"str", "path", "args"}
+
+
+@pytest.fixture(scope="module")
+def library() -> Library:
+    return Library()
+
+
+def test_the_shipped_templates_are_all_there(library: Library) -> None:
+    assert library.names == TEMPLATES
+    for template in library:
+        assert template.description
+        assert {"nodes", "time", "partition", "job_name", "log_dir"} <= set(template.params)
+
+
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_renders_with_defaults_to_valid_bash(library: Library, name: str, tmp_path: Path) -> None:
+    script = library.get(name).render({}).script
+    assert script.startswith("#!/bin/bash\n#SBATCH ")
+    assert f"--job-name={name}" in script
+    path = tmp_path / "job.sh"
+    path.write_text(script)
+    syntax = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+    assert syntax.returncode == 0, syntax.stderr
+
+
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_sbatch_options_come_before_any_command(library: Library, name: str) -> None:
+    """sbatch stops reading #SBATCH at the first command line; a late option would be silently ignored."""
+    lines = library.get(name).render({"partition": "gpu", "exclusive": "true"}).script.splitlines()[1:]
+    first_command = next(i for i, line in enumerate(lines) if line.strip() and not line.startswith("#"))
+    assert not any(line.startswith("#SBATCH") for line in lines[first_command:])
+
+
+def test_torchrun_script(library: Library) -> None:
+    script = library.get("torchrun").render({"nodes": "4", "gpus_per_node": "8", "args": "--lr 0.1"}).script
+    assert "#SBATCH --ntasks-per-node=1" in script
+    assert 'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)' in script
+    assert "MASTER_PORT=$((15000 + SLURM_JOB_ID % 17000))" in script
+    assert "--nproc-per-node 8" in script
+    assert "--rdzv-backend c10d" in script and '--rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT"' in script
+    assert "\\$SLURM_PROCID" in script  # evaluated on each node, not by the batch script
+    assert "export TORCH_NCCL_ASYNC_ERROR_HANDLING=1" in script
+    assert 'SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"' in script
+    assert "train.py --lr 0.1" in script
+    assert "--container-image" not in script.split("container_args=()")[1].split("\n")[1]
+    fixed = library.get("torchrun").render({"port": "29500", "container": "/shared/pt.sqsh"}).script
+    assert "MASTER_PORT=29500" in fixed and "--nproc-per-node 1" in fixed
+    assert "--container-image=/shared/pt.sqsh --no-container-mount-home" in fixed
+
+
+def test_nemo_script(library: Library) -> None:
+    script = library.get("nemo").render({"overrides": "trainer.max_steps=10 trainer.devices=4"}).script
+    for option in ("--ntasks-per-node=8", "--gpus-per-node=8", "--exclusive", "--mem=0"):
+        assert f"#SBATCH {option}" in script
+    assert "#SBATCH --output=/shared/logs/%x-%j.out" in script
+    assert "--container-image='nvcr.io#nvidia/nemo:24.12' --no-container-mount-home" in script
+    assert "export PMIX_MCA_gds=hash" in script and "srun --mpi=pmix --ntasks-per-node=8" in script
+    # given overrides win; the job supplies the others
+    assert "trainer.devices=8" not in script and "trainer.max_steps=10 trainer.devices=4" in script
+    assert '"trainer.num_nodes=$SLURM_NNODES"' in script and '"exp_manager.exp_dir=$EXP_DIR"' in script
+    assert library.get("nemo").render({}).mkdirs == ("/shared/logs",)
+
+
+def test_nccl_tests_script(library: Library) -> None:
+    values = {"op": "all_gather", "min_bytes": "1M", "max_bytes": "1G", "warmup": "2", "iters": "7", "check": "0"}
+    script = library.get("nccl-tests").render(values).script
+    assert "srun --mpi=pmix --ntasks-per-node=8 --gpu-bind=none" in script
+    assert "/opt/nccl-tests/build/all_gather_perf -g 1" in script
+    assert "-b 1M -e 1G -f 2" in script and "-w 2 -n 7 -c 0" in script
+    assert 'export NCCL_DEBUG_FILE="$LOG_DIR/nccl-$SLURM_JOB_ID.%h.%p.log"' in script
+    with pytest.raises(InputError, match="gpus_per_node must be at least 1"):
+        library.get("nccl-tests").render({"gpus_per_node": "0"})
+
+
+# --- parameters -----------------------------------------------------------------------------------------
+
+
+def spec(type_: str, default: object = "", **extra: object) -> ParamSpec:
+    return ParamSpec.model_validate({"name": "x", "type": type_, "default": default, "help": "h", **extra})
+
+
+@pytest.mark.parametrize(
+    ("type_", "raw_value", "expected"),
+    [
+        ("int", "4", 4),
+        ("int", " -3 ", -3),
+        ("float", "2.5", 2.5),
+        ("bool", "yes", True),
+        ("bool", "OFF", False),
+        ("str", "a b;c", "a b;c"),
+        ("path", "/shared/x y", "/shared/x y"),
+        ("hostlist", "node1,node2,node3", "node[1-3]"),
+        ("hostlist", "gpu[01-02],login", "gpu[01-02],login"),
+        ("duration", "30", "30"),
+        ("duration", "1-12:00:00", "1-12:00:00"),
+        ("duration", "UNLIMITED", "UNLIMITED"),
+        ("args", "a 'b c' $(d)", ("a", "b c", "$(d)")),
+    ],
+)
+def test_parameter_types_accept(type_: str, raw_value: str, expected: object) -> None:
+    assert spec(type_).convert(raw_value) == expected
+
+
+@pytest.mark.parametrize(
+    ("type_", "raw_value", "message"),
+    [
+        ("int", "4.5", "is not an integer"),
+        ("int", "", "is not an integer"),
+        ("float", "nan", "is not a finite number"),
+        ("bool", "maybe", "is not a boolean"),
+        ("str", "a\nb", "contains a newline"),
+        ("path", "x\x00", "contains a NUL byte"),
+        ("path", " /x", "leading or trailing spaces"),
+        ("hostlist", "node[1-", "is not a host list"),
+        ("hostlist", "node1;reboot", "is not a host list"),
+        ("duration", "1h", "is not a Slurm time"),
+        ("duration", "$(x)", "is not a Slurm time"),
+        ("args", "a 'b", "cannot be split"),
+        ("args", "a\nb", "contains a newline"),
+    ],
+)
+def test_parameter_types_reject(type_: str, raw_value: str, message: str) -> None:
+    with pytest.raises(InputError, match=message) as caught:
+        spec(type_).convert(raw_value)
+    assert "\n" not in str(caught.value)
+
+
+def test_ranges_choices_and_patterns() -> None:
+    with pytest.raises(InputError, match="below the minimum 1"):
+        spec("int", 1, min=1).convert("0")
+    with pytest.raises(InputError, match="above the maximum 65535"):
+        spec("int", 1, max=65535).convert("70000")
+    with pytest.raises(InputError, match="did you mean all_reduce"):
+        spec("choice", "all_reduce", choices=["all_reduce", "all_gather"]).convert("allreduce")
+    with pytest.raises(InputError, match="does not match"):
+        spec("str", pattern=r"^[a-z]+$").convert("gpu;x")
+    assert spec("str", pattern=r"^[a-z]+$").convert("") == ""  # empty means "not set"
+
+
+def test_unknown_parameter_is_rejected_with_a_suggestion(library: Library) -> None:
+    with pytest.raises(InputError, match=r"template torchrun has no parameter 'nodse'; did you mean nodes"):
+        library.get("torchrun").bind({"nodse": "2"})
+
+
+def test_parse_sets() -> None:
+    assert parse_sets(["a=1", "b=x=y", "c="]) == {"a": "1", "b": "x=y", "c": ""}
+    with pytest.raises(InputError, match="expected KEY=VALUE"):
+        parse_sets(["nodes"])
+
+
+def test_bind_checks_defaults_and_given_values() -> None:
+    specs = {"n": spec("int", 2).model_copy(update={"name": "n"})}
+    assert bind("t", specs, {}) == {"n": 2}
+    with pytest.raises(InputError, match="template t: parameter n: 'x' is not an integer"):
+        bind("t", specs, {"n": "x"})
+
+
+# --- quoting ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["$(touch /tmp/x)", "`id`", "a;b", "it's", 'say "hi"', "", "*", "~root", "a b"])
+def test_finalize_quotes_every_text_value(text: str) -> None:
+    assert shlex.split(finalize(text)) == [text]
+
+
+def test_finalize_numbers_words_and_refusals() -> None:
+    assert finalize(8) == "8" and finalize(0.5) == "0.5" and finalize(True) == "true"
+    assert finalize(Words(["a b", "$x"])) == "'a b' '$x'"
+    assert finalize(Words()) == ""
+    assert raw(8) == Raw("8")
+    with pytest.raises(TemplateError, match="takes a number"):
+        raw("$(x)")
+    with pytest.raises(TemplateError, match="only parameters, text and numbers print"):
+        finalize(None)
+
+
+def _broken(tmp_path: Path, body: str) -> Library:
+    (tmp_path / "t.sbatch.j2").write_text(body)
+    return Library([tmp_path])
+
+
+def test_template_authoring_errors_are_caught_at_load(tmp_path: Path) -> None:
+    header = "{#- hpckit\nparams:\n  a: {type: int, default: 1, help: h}\n-#}\n#!/bin/bash\n"
+    with pytest.raises(TemplateError, match="undeclared parameter"):
+        _broken(tmp_path, header + "echo {{ p.a }} {{ p.b }}\n").get("t")
+    with pytest.raises(TemplateError, match="never uses: a"):
+        _broken(tmp_path, header + "echo hi\n").get("t")
+    with pytest.raises(TemplateError, match="no parameter header"):
+        _broken(tmp_path, "#!/bin/bash\n").get("t")
+    with pytest.raises(TemplateError, match="parameter 'a'"):
+        bad_default = header.replace("default: 1", "default: one")
+        _broken(tmp_path, bad_default + "echo {{ p.a }}\n").get("t")
+    with pytest.raises(TemplateError, match=r"t.sbatch.j2:\d+"):
+        _broken(tmp_path, header + "{% if %}\n").get("t")
+
+
+def test_template_file_path_and_site_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    header = "{#- hpckit\ndescription: mine\nparams:\n  w: {type: str, default: hi, help: h}\n-#}\n"
+    body = header + "#!/bin/sh\necho {{ p.w }}\n"
+    (tmp_path / "mine.sbatch.j2").write_text(body)
+    assert Library().get(str(tmp_path / "mine.sbatch.j2")).render({"w": "a b"}).script == "#!/bin/sh\necho 'a b'\n"
+    monkeypatch.setenv("HPCKIT_TEMPLATE_PATH", str(tmp_path))
+    assert "mine" in Library().names
+
+
+# --- hostile values, executed -------------------------------------------------------------------------------
+
+PAYLOADS = [
+    "$(touch {m})",
+    "`touch {m}`",
+    "; touch {m}",
+    "x' ; touch {m} ; '",
+    'x" ; touch {m} ; "',
+    "| touch {m}",
+    "&& touch {m} #",
+    "$(touch {m})'\"`touch {m}`",
+]
+STUBS = {
+    # srun: drop its own options, then run the command as a task would (with a task rank).
+    "srun": 'while [ $# -gt 0 ] && [ "${1#-}" != "$1" ]; do shift; done\nSLURM_PROCID=0 exec "$@"\n',
+    "scontrol": "echo node1\n",
+    "python": 'printf "%s\\n" "$@" >> "$ARGV_LOG"\n',
+    "python3": 'printf "%s\\n" "$@" >> "$ARGV_LOG"\n',
+}
+
+
+def _stub_bin(tmp: Path) -> Path:
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir()
+    for name, body in STUBS.items():
+        (bin_dir / name).write_text("#!/bin/bash\n" + body)
+        (bin_dir / name).chmod(0o755)
+    return bin_dir
+
+
+def _hostile_values(library: Library, name: str, payload: str) -> dict[str, str]:
+    """The payload in every free-text parameter that Slurm itself would not refuse before running.
+
+    An `args` parameter gets it quoted, so that it splits back into the payload as one word.
+    """
+    template = library.get(name)
+    values = {}
+    for key, param in template.params.items():
+        if param.type in FREE_TEXT and not param.pattern and key not in {"python", "log_dir"}:
+            values[key] = shlex.quote(payload) if param.type == "args" else payload
+    return values
+
+
+def _run(script: str, tmp: Path, bin_dir: Path) -> subprocess.CompletedProcess[str]:
+    path = tmp / "job.sh"
+    path.write_text(script)
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "ARGV_LOG": str(tmp / "argv.log"),
+        "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_NAME": "t",
+        "SLURM_JOB_NODELIST": "node1",
+        "SLURM_NNODES": "1",
+        "SLURM_SUBMIT_DIR": str(tmp),
+        "HOME": str(tmp),
+    }
+    return subprocess.run(["bash", str(path)], cwd=tmp, env=env, capture_output=True, text=True, timeout=20)
+
+
+@pytest.mark.parametrize("payload", PAYLOADS)
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_hostile_values_never_execute(library: Library, name: str, payload: str, tmp_path: Path) -> None:
+    marker = tmp_path / "INJECTED"
+    hostile = payload.format(m=marker)
+    values = _hostile_values(library, name, hostile)
+    values["log_dir"] = str(tmp_path / "logs")
+    if "python" in values or name in ("torchrun", "nemo"):
+        values["python"] = "python3"
+    if name == "nemo":
+        values["container"] = ""  # the stub srun knows no pyxis options
+    done = _run(library.get(name).render(values).script, tmp_path, _stub_bin(tmp_path))
+    assert not marker.exists(), f"{name}: {payload!r} executed\n{done.stdout}\n{done.stderr}"
+    if name in ("torchrun", "nemo"):
+        # The script/args values arrived at the program as literal words, untouched.
+        argv = (tmp_path / "argv.log").read_text().splitlines()
+        assert hostile in argv, argv
+
+
+def test_hostile_job_name_survives_sbatch_header_parsing(library: Library) -> None:
+    """sbatch reads `#SBATCH` arguments with shell-like quoting; shlex models it."""
+    name = "x' ; touch /tmp/m ; 'y \"z\" $(id)"
+    line = next(ln for ln in library.get("run").render({"job_name": name}).script.splitlines() if "job-name" in ln)
+    assert shlex.split(line) == ["#SBATCH", f"--job-name={name}"]
+
+
+# --- the commands ------------------------------------------------------------------------------------------
+
+
+def test_cli_bad_parameter_is_one_line_and_exit_2() -> None:
+    runner = CliRunner()
+    for args in (["render", "torchrun", "-s", "nodes=two"], ["render", "torchrun", "-s", "nodse=2"]):
+        result = runner.invoke(cli_with_jobs(), args)
+        assert result.exit_code == 2, result.output
+        assert result.output.count("\n") == 1 and result.output.startswith("hpckit: error: ")
+    result = runner.invoke(cli_with_jobs(), ["render", "torchrun", "-s", "job_name=a\nb"])
+    assert result.exit_code == 2 and result.output.count("\n") == 1
+
+
+def test_cli_render_list_show(tmp_path: Path) -> None:
+    runner = CliRunner()
+    listed = runner.invoke(cli_with_jobs(), ["templates", "list"])
+    assert listed.exit_code == 0 and all(name in listed.output for name in TEMPLATES)
+    shown = runner.invoke(cli_with_jobs(), ["templates", "show", "nccl-tests"])
+    assert shown.exit_code == 0 and "step_factor" in shown.output and "all_reduce" in shown.output
+    out = tmp_path / "job.sh"
+    rendered = runner.invoke(cli_with_jobs(), ["render", "run", "-s", "command=echo hi", "-o", str(out)])
+    assert rendered.exit_code == 0 and "srun echo hi\n" in out.read_text()
+    assert os.access(out, os.X_OK)
