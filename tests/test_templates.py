@@ -21,7 +21,7 @@ from hpckit.jobs.params import ParamSpec, Words, bind, parse_sets
 from hpckit.jobs.render import Raw, TemplateError, finalize, raw
 from tests.jobutil import cli_with_jobs
 
-TEMPLATES = ["nccl-tests", "nemo", "run", "torchrun"]
+TEMPLATES = ["bench-torch", "nccl-tests", "nemo", "run", "torchrun"]
 FREE_TEXT = {"str", "path", "args"}
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from hpckit import __version__
+from hpckit.cli import bench as _bench
 from hpckit.cli import blueprint as _blueprint
 from hpckit.cli import deploy as _deploy
 from hpckit.cli import jobs as _jobs
@@ -33,7 +34,7 @@ def cli() -> None:
     """Stand up and run Slurm GPU clusters."""
 
 
-for command in [*_blueprint.COMMANDS, *_deploy.COMMANDS, _lab, *_results.COMMANDS, *_jobs.COMMANDS]:
+for command in [*_blueprint.COMMANDS, *_deploy.COMMANDS, _lab, *_results.COMMANDS, *_jobs.COMMANDS, *_bench.COMMANDS]:
     cli.add_command(command)
 
 

@@ -1,0 +1,97 @@
+"""What the bench needs to know about the cluster it runs on, from the deployment record's blueprint."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from hpckit.blueprint.models import Blueprint, Partition
+from hpckit.deploy.record import RecordError, state_root
+from hpckit.errors import InputError
+from hpckit.hardware import hardware_table
+from hpckit.jobs.params import suggest
+
+DEFAULT_SHARED = "/shared"
+
+
+@dataclass(frozen=True)
+class ClusterFacts:
+    """The partition a bench runs in, as declared. Unknown facts (no record) are None or 0."""
+
+    name: str | None = None
+    partition: str | None = None  # None: Slurm's default partition
+    partition_nodes: int | None = None
+    cpus_per_node: int | None = None
+    gpus_per_node: int = 0
+    gpu: str | None = None  # hardware table key
+    ib_hcas: int = 0
+    ib_rate_gbps: float = 0.0
+    shared_mount: str | None = None
+    lab: bool = False  # the lab's GPUs are character devices: torch cannot use them
+
+    @property
+    def usable_gpus_per_node(self) -> int:
+        return 0 if self.lab else self.gpus_per_node
+
+
+def facts_from_blueprint(bp: Blueprint, partition: str | None = None) -> ClusterFacts:
+    part = _partition(bp, partition)
+    hw = part.hardware
+    gpu = hardware_table().gpu(hw.gpus.type) if hw.gpus else None
+    ib = hw.infiniband
+    return ClusterFacts(
+        name=bp.name,
+        partition=part.name,
+        partition_nodes=len(part.hostnames()),
+        cpus_per_node=hw.cpus,
+        gpus_per_node=hw.gpus.count if hw.gpus else 0,
+        gpu=gpu.key if gpu else None,
+        ib_hcas=len(ib.hcas) if ib else 0,
+        ib_rate_gbps=float(hardware_table().ib_rates[ib.rate]) if ib else 0.0,
+        shared_mount=bp.filesystems[0].mount if bp.filesystems else None,
+        lab=bp.provider.type == "lab",
+    )
+
+
+def _partition(bp: Blueprint, name: str | None) -> Partition:
+    names = [p.name for p in bp.partitions]
+    if name is not None:
+        for part in bp.partitions:
+            if part.name == name:
+                return part
+        raise InputError(f"cluster {bp.name} has no partition {name!r}{suggest(name, names)} (has: {', '.join(names)})")
+    return next((p for p in bp.partitions if p.default), bp.partitions[0])
+
+
+def load_blueprint(cluster: str, state: Path | None = None) -> Blueprint:
+    """The blueprint the cluster was last deployed with (the record's blueprint.json)."""
+    path = (state or state_root()) / "clusters" / cluster / "current" / "blueprint.json"
+    try:
+        return Blueprint.model_validate(json.loads(path.read_text()))
+    except FileNotFoundError:
+        raise RecordError(f"no deployment recorded for cluster {cluster!r} (looked for {path})") from None
+    except (ValueError, ValidationError) as exc:
+        raise RecordError(f"deployment record {path} is unreadable: {exc}") from None
+
+
+def load_facts(cluster: str | None, partition: str | None, state: Path | None = None) -> ClusterFacts:
+    """The record's facts for a named cluster; for this machine's own Slurm, only the partition asked for."""
+    if cluster is None:
+        return ClusterFacts(partition=partition)
+    return facts_from_blueprint(load_blueprint(cluster, state), partition)
+
+
+def default_cluster(state: Path | None = None) -> str | None:
+    """The cluster to bench when none is named: $HPCKIT_CLUSTER, else the only one deployed from here.
+
+    None (Slurm on this machine) when there is no record, or more than one to choose from.
+    """
+    if named := os.environ.get("HPCKIT_CLUSTER"):
+        return named
+    root = (state or state_root()) / "clusters"
+    recorded = sorted(p.parent.parent.name for p in root.glob("*/current/access.json"))
+    return recorded[0] if len(recorded) == 1 else None

@@ -1,0 +1,153 @@
+"""Follow a benchmark job to its end: progress while it runs, and which node to blame when it fails.
+
+Polls the job's state at most a second apart (hpckit.slurm.jobs' intervals) and, every couple of
+seconds while it runs, the state of its nodes and the last lines of its output. A node that Slurm
+marks down or not responding ends the wait at once (the job is cancelled): a collective never
+finishes without all of its ranks. After the job, `culprits` reads the launcher's own lines to say
+which node's task failed first.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from hpckit.slurm.client import SlurmClient
+from hpckit.slurm.jobparse import FINISHED_QUEUE_STATES, JobRecord
+from hpckit.slurm.jobs import JobOutcome, Jobs, JobWaitTimeout, poll_intervals
+from hpckit.slurm.parsers import NodeState
+
+CHECK_EVERY_S = 2.0
+TAIL_LINES = 4
+# after the job has left the queue: how long accounting may take to have its final record
+RECORD_WAIT_S = 60.0
+
+_ROW = re.compile(r"^\s*(\d+)\s+\d+\s+\S+\s+\S+\s+-?\d+\s+(\S+)\s+(\S+)\s+(\S+)", re.M)
+# srun(1)'s reports of tasks that ended badly, and of nodes it lost
+_TASK = re.compile(r"^srun: error: (?P<node>[^\s:]+): tasks? [\d,\-]+: (?P<how>.+?)\s*$", re.M)
+_NODE_FAIL = re.compile(r"^srun: error: Node failure on (?P<node>[^\s:]+)", re.M)
+_LAUNCH = re.compile(r"failed on node (?P<node>[^\s:]+)", re.M)
+# what srun --kill-on-bad-exit does to the other tasks once one has failed
+_COLLATERAL = re.compile(r"^(Killed|Exited with exit code \d+)$")
+
+
+@dataclass(frozen=True)
+class Progress:
+    job_id: str
+    state: str
+    elapsed: float
+    nodes: tuple[str, ...] = ()
+    size_bytes: int | None = None  # the last size measured
+    busbw_gbps: float | None = None
+
+
+@dataclass(frozen=True)
+class Followed:
+    outcome: JobOutcome
+    lost_nodes: tuple[str, ...]  # job nodes Slurm marked down or not responding while it ran
+    nodes: tuple[str, ...] = ()
+
+
+def last_row(tail: str | None) -> tuple[int, float] | None:
+    """(size, out-of-place busbw) of the last table row in an output tail."""
+    rows = _ROW.findall(tail or "")
+    if not rows:
+        return None
+    size, *_, busbw = rows[-1]
+    try:
+        return int(size), float(busbw)
+    except ValueError:
+        return None
+
+
+def lost(states: Sequence[NodeState], nodes: Sequence[str]) -> tuple[str, ...]:
+    """The job's nodes that Slurm no longer counts on: down, drained, or not responding."""
+    wanted = set(nodes)
+    bad = {"down", "drained", "draining", "fail", "failing"}
+    return tuple(s.name for s in states if s.name in wanted and (not s.responding or s.state in bad))
+
+
+def culprits(output: str, lost_nodes: Sequence[str], record: JobRecord) -> tuple[str, ...]:
+    """The node(s) to name for a failed job, most certain first.
+
+    Nodes Slurm itself gave up on; else nodes srun reports lost; else the node whose task srun saw
+    fail first, preferring a real cause over the kills srun then sends to every other task; else the
+    batch host.
+    """
+    if lost_nodes:
+        return tuple(dict.fromkeys(lost_nodes))
+    failed = [m.group("node") for m in _NODE_FAIL.finditer(output)] + [
+        m.group("node") for m in _LAUNCH.finditer(output)
+    ]
+    if failed:
+        return tuple(dict.fromkeys(failed))
+    tasks = [(m.group("node"), m.group("how")) for m in _TASK.finditer(output)]
+    causes = [node for node, how in tasks if not _COLLATERAL.match(how)]
+    if causes:
+        return (causes[0],)
+    if tasks:
+        return (tasks[0][0],)
+    return (record.batch_host,) if record.batch_host else record.nodes[:1]
+
+
+def srun_errors(output: str) -> list[str]:
+    """srun's error lines, as printed."""
+    return [m.group(0) for m in (*_NODE_FAIL.finditer(output), *_TASK.finditer(output))]
+
+
+@dataclass
+class Follower:
+    """Watches one job; `report` receives a Progress whenever something changed."""
+
+    jobs: Jobs
+    slurm: SlurmClient
+    report: Callable[[Progress], None] = lambda _: None
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+    _nodes: tuple[str, ...] = field(default=(), init=False)
+    _last: Progress | None = field(default=None, init=False)
+
+    def follow(self, job_id: str, output_path: str, start: float, timeout: float | None) -> Followed:
+        deadline = None if timeout is None else start + timeout
+        intervals = poll_intervals()
+        next_check = self.clock()
+        lost_nodes: tuple[str, ...] = ()
+        while True:
+            state = self.jobs.backend.queue_state(job_id)
+            if state is None or state in FINISHED_QUEUE_STATES:
+                break
+            if state != "RUNNING":
+                self._emit(Progress(job_id, state, self.clock() - start, self._nodes))
+            elif self.clock() >= next_check:
+                next_check = self.clock() + CHECK_EVERY_S
+                lost_nodes = self._check(job_id, output_path, start)
+                if lost_nodes:
+                    self.jobs.cancel(job_id)  # its collectives can never finish now
+                    break
+            if deadline is not None and self.clock() > deadline:
+                self.jobs.cancel(job_id)
+                raise JobWaitTimeout(f"job {job_id} still {state} after {timeout:.0f} s; cancelled it")
+            self.sleep(next(intervals))
+        outcome = self.jobs.follow(job_id, start, RECORD_WAIT_S, check=False)
+        return Followed(outcome, lost_nodes, self._nodes or outcome.record.nodes)
+
+    def _check(self, job_id: str, output_path: str, start: float) -> tuple[str, ...]:
+        if not self._nodes:
+            info = self.jobs.backend.info(job_id)
+            self._nodes = info.record.nodes if info is not None else ()
+        lost_nodes = lost(self.slurm.nodes(), self._nodes)
+        row = last_row(self.jobs.read_file(output_path, tail_lines=TAIL_LINES))
+        last = self._last
+        if row is None and last is not None and last.size_bytes is not None:
+            row = (last.size_bytes, last.busbw_gbps or 0.0)  # between rows, or the read failed: no news
+        size, busbw = row if row is not None else (None, None)
+        self._emit(Progress(job_id, "RUNNING", self.clock() - start, self._nodes, size, busbw))
+        return lost_nodes
+
+    def _emit(self, progress: Progress) -> None:
+        last = self._last
+        if last is None or (progress.state, progress.size_bytes) != (last.state, last.size_bytes):
+            self._last = progress
+            self.report(progress)
