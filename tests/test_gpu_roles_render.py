@@ -1,0 +1,288 @@
+"""Every config the GPU-side roles write, rendered offline for blueprints/h100-ib.yaml (16 x 8 H100, NDR, NFS home,
+Lustre scratch, enroot + pyxis): the role templates with jinja2 and Ansible's own filters, fed the role defaults
+and the inventory and extravars hpckit builds. No host is contacted."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import pytest
+import yaml
+from ansible.plugins.filter.core import FilterModule as CoreFilters
+from jinja2.nativetypes import NativeEnvironment
+
+from hpckit.blueprint import Blueprint, load_blueprint
+from hpckit.deploy.gpu_vars import gpu_extravars, gpu_host_vars
+from hpckit.deploy.inventory import SshAccess, build_extravars, build_inventory
+
+REPO = Path(__file__).resolve().parent.parent
+ROLES = REPO / "ansible" / "roles"
+FABRIC = (
+    Path(__file__).parent
+    / "data"
+    / "preflight"
+    / "infiniband"
+    / "ibnetdiscover-6switch-edr-fattree-96ca-4xDDR-link.txt"
+)
+GPU_NODES = [f"gpu{i:03d}" for i in range(1, 17)]
+
+
+def _filters() -> dict[str, Any]:
+    return dict(CoreFilters().filters())
+
+
+# Ansible's template module renders with trim_blocks on and keeps the file's last newline.
+TEXT = jinja2.Environment(trim_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+TEXT.filters.update(_filters())
+NATIVE = NativeEnvironment(undefined=jinja2.StrictUndefined)
+NATIVE.filters.update(_filters())
+
+
+def _load(path: Path) -> dict[str, Any]:
+    return dict(yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+
+
+def _resolve(values: Mapping[str, Any], context: dict[str, Any]) -> dict[str, Any]:
+    """Template the string values that hold Jinja expressions, as Ansible does lazily."""
+    out = {}
+    for key, value in values.items():
+        if isinstance(value, str) and "{{" in value:
+            value = NATIVE.from_string(value).render(context)
+        out[key] = value
+    return out
+
+
+def _host_vars(inventory: Mapping[str, Any], host: str) -> dict[str, Any]:
+    def walk(group: Mapping[str, Any]) -> dict[str, Any] | None:
+        if host in group.get("hosts", {}):
+            return dict(group["hosts"][host] or {})
+        for child in group.get("children", {}).values():
+            found = walk(child)
+            if found is not None:
+                return found
+        return None
+
+    return walk(inventory["all"]) or {}
+
+
+def _groups(inventory: Mapping[str, Any]) -> dict[str, list[str]]:
+    groups: dict[str, list[str]] = {}
+
+    def walk(name: str, group: Mapping[str, Any]) -> list[str]:
+        hosts = list(group.get("hosts", {}))
+        for child_name, child in group.get("children", {}).items():
+            hosts += walk(child_name, child)
+        groups[name] = list(dict.fromkeys(hosts))
+        return groups[name]
+
+    walk("all", inventory["all"])
+    return groups
+
+
+def context(bp: Blueprint, host: str, role: str, **facts: Any) -> dict[str, Any]:
+    """Variables as Ansible would see them in ``role`` on ``host``: role defaults < host vars < role vars <
+    extravars, plus the facts the role's own tasks set before the template task."""
+    inventory = build_inventory(bp, SshAccess("root"))
+    extravars = {**build_extravars(bp), **gpu_extravars(bp)}
+    ctx: dict[str, Any] = {"inventory_hostname": host, "groups": _groups(inventory)}
+    ctx.update(_load(ROLES / role / "defaults" / "main.yml"))
+    ctx.update(_host_vars(inventory, host))
+    ctx.update(gpu_host_vars(bp, host))
+    ctx.update(extravars)
+    ctx.update(facts)
+    ctx.update(_resolve(_load(ROLES / role / "vars" / "main.yml"), ctx))
+    ctx.update(extravars)
+    return {**ctx, **_resolve(ctx, ctx)}
+
+
+def render(role: str, template: str, ctx: Mapping[str, Any]) -> str:
+    return TEXT.from_string((ROLES / role / "templates" / template).read_text()).render(ctx)
+
+
+def task(role: str, tasks_file: str, name: str) -> dict[str, Any]:
+    for entry in yaml.safe_load((ROLES / role / "tasks" / tasks_file).read_text()):
+        if entry.get("name") == name:
+            return dict(entry)
+        for inner in entry.get("block", []):
+            if inner.get("name") == name:
+                return dict(inner)
+    raise AssertionError(f"no task {name!r} in {role}/tasks/{tasks_file}")
+
+
+@pytest.fixture(scope="module")
+def bp() -> Blueprint:
+    return load_blueprint(REPO / "blueprints" / "h100-ib.yaml")
+
+
+# --- nvidia ----------------------------------------------------------------------------------------------------
+
+
+def gres(bp: Blueprint, host: str, nvml: bool = False) -> str:
+    ctx = context(bp, host, "nvidia")
+    ctx.update(nvidia_gpu_count=int(ctx["hpckit_gpu_count"]), nvidia_gres_nvml=nvml)
+    return render("nvidia", "gres.conf.j2", ctx)
+
+
+def test_gres_conf_of_every_node_gives_128_gpus_near_their_socket(bp: Blueprint) -> None:
+    assert gres(bp, "gpu001") == (
+        "# gres.conf of gpu001, managed by hpckit (role nvidia). Must agree with Gres= of this node in\n"
+        "# slurm.conf: 8 x gpu:h100.\n"
+        "Name=gpu Type=h100 File=/dev/nvidia[0-3] Cores=0-55\n"
+        "Name=gpu Type=h100 File=/dev/nvidia[4-7] Cores=56-111\n"
+    )
+    total = 0
+    for host in GPU_NODES:
+        lines = [line for line in gres(bp, host).splitlines() if line.startswith("Name=gpu")]
+        assert len(lines) == 2, host
+        total += sum(int(b) - int(a) + 1 for a, b in (line.split("[")[1].split("]")[0].split("-") for line in lines))
+    assert total == 128
+    # ... and slurm.conf declares the same type and count on every node.
+    (nodes,) = build_extravars(bp)["slurm_nodes"]
+    assert (nodes["names"], nodes["gres"]) == ("gpu[001-016]", "gpu:h100:8")
+
+
+def test_gres_conf_with_nvml_leaves_the_devices_to_slurm(bp: Blueprint) -> None:
+    text = gres(bp, "gpu007", nvml=True)
+    assert "AutoDetect=nvml\n" in text and "File=" not in text
+
+
+def test_the_nvidia_role_only_reads_the_gpus() -> None:
+    """Clocks, power limits, persistence and MIG modes are never set: nvidia-smi only queries."""
+    calls = []
+    for tasks_file in (ROLES / "nvidia" / "tasks").glob("*.yml"):
+        text = tasks_file.read_text()
+        for entry in yaml.safe_load(text):
+            for item in [entry, *entry.get("block", [])]:
+                argv = (item.get("ansible.builtin.command") or {}).get("argv") or []
+                if argv and argv[0] == "nvidia-smi":
+                    calls.append(argv)
+                assert "ansible.builtin.shell" not in item, item.get("name")
+        assert "nvidia-smi -" not in text
+    assert calls and all(arg.startswith(("--query-gpu=", "--format=")) for argv in calls for arg in argv[1:])
+
+
+# --- infiniband --------------------------------------------------------------------------------------------------
+
+
+def test_nccl_conf_names_the_eight_hcas_exactly(bp: Blueprint) -> None:
+    ctx = context(bp, "gpu003", "infiniband", infiniband_nccl_socket_ifname="ens21f0np0")
+    assert render("infiniband", "nccl.conf.j2", ctx) == (
+        "# NCCL defaults of gpu003, managed by hpckit (role infiniband). A job's environment overrides them.\n"
+        '# "=" makes NCCL match the HCA names exactly (mlx5_1 would otherwise also pick mlx5_10 and mlx5_11).\n'
+        "NCCL_IB_HCA==mlx5_0:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_9:1,mlx5_10:1,mlx5_11:1\n"
+        "NCCL_SOCKET_IFNAME=ens21f0np0\n"
+    )
+
+
+def test_nccl_conf_for_roce_sets_the_gid_index(bp: Blueprint) -> None:
+    ctx = context(bp, "gpu003", "infiniband", infiniband_nccl_socket_ifname="", infiniband_roce=True)
+    ctx["infiniband_nccl_extra"] = {"NCCL_DEBUG": "WARN"}
+    text = render("infiniband", "nccl.conf.j2", ctx)
+    assert "NCCL_IB_GID_INDEX=3\n" in text and "NCCL_DEBUG=WARN\n" in text and "SOCKET_IFNAME" not in text
+
+
+def _topology_filter() -> Any:
+    path = ROLES / "infiniband" / "filter_plugins" / "hpckit_topology.py"
+    spec = importlib.util.spec_from_file_location("hpckit_topology_filter", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.FilterModule().filters()["hpckit_topology_conf"]
+
+
+def test_topology_conf_from_the_recorded_fabric(bp: Blueprint) -> None:
+    """The role's filter (hpckit's generator) on a recorded ibnetdiscover, for the cluster's Slurm nodes."""
+    ctx = context(bp, "head01", "infiniband")
+    assert ctx["infiniband_topology_nodes"] == GPU_NODES
+    conf = _topology_filter()(FABRIC.read_text(), ctx["infiniband_topology_nodes"])
+    assert conf == (
+        "# Slurm topology.conf (TopologyPlugin=topology/tree), generated by hpckit from ibnetdiscover\n"
+        "SwitchName=S-ec0d9a0300ec8240 Nodes=gpu[001-003]\n"
+        "SwitchName=S-ec0d9a0300ec8480 Nodes=gpu[004-016]\n"
+        "SwitchName=S-ec0d9a0300ec81e0 Switches=S-ec0d9a0300ec8240,S-ec0d9a0300ec8480\n"
+        "SwitchName=S-ec0d9a0300ec8200 Switches=S-ec0d9a0300ec8240,S-ec0d9a0300ec8480\n"
+        "SwitchName=S-ec0d9a0300f548c0 Switches=S-ec0d9a0300ec81e0,S-ec0d9a0300ec8200\n"
+        "SwitchName=S-ec0d9a0300f548e0 Switches=S-ec0d9a0300ec81e0,S-ec0d9a0300ec8200\n"
+    )
+
+
+def test_topology_filter_names_an_unreadable_dump() -> None:
+    from ansible.errors import AnsibleFilterError
+
+    with pytest.raises(AnsibleFilterError, match="cannot read the ibnetdiscover output"):
+        _topology_filter()('Switch\t36 "S-00"\n[1]\tgarbage\n', GPU_NODES)
+
+
+# --- enroot + pyxis ------------------------------------------------------------------------------------------------
+
+
+def test_enroot_conf_keeps_the_per_user_paths_for_enroot(bp: Blueprint) -> None:
+    ctx = context(bp, "gpu010", "enroot_pyxis")
+    assert render("enroot_pyxis", "enroot.conf.j2", ctx) == (
+        "# enroot configuration of gpu010, managed by hpckit (role enroot_pyxis).\n"
+        "# enroot expands $(id -u) and $(id -g) for each user.\n"
+        "ENROOT_RUNTIME_PATH /run/enroot/user-$(id -u)\n"
+        "ENROOT_CACHE_PATH /raid/enroot/cache/group-$(id -g)\n"
+        "ENROOT_DATA_PATH /raid/enroot/data/user-$(id -u)\n"
+        "ENROOT_ROOTFS_WRITABLE yes\n"
+        "ENROOT_SQUASH_OPTIONS -noI -noD -noF -noX -no-duplicates\n"
+    )
+    assert ctx["enroot_pyxis_base_dirs"] == ["/run/enroot", "/raid/enroot/cache", "/raid/enroot/data"]
+    assert render("enroot_pyxis", "tmpfiles.conf.j2", ctx).splitlines()[1:] == ["d /run/enroot 1777 root root -"]
+
+
+def test_plugstack_conf_loads_pyxis_on_nodes_and_login_hosts(bp: Blueprint) -> None:
+    for host in ("gpu001", "login01"):
+        ctx = context(bp, host, "enroot_pyxis")
+        assert ctx["enroot_pyxis_pyxis"] is True
+        assert render("enroot_pyxis", "plugstack.conf.j2", ctx).splitlines()[1:] == [
+            "include /etc/slurm/plugstack.conf.d/*.conf"
+        ]
+        assert render("enroot_pyxis", "pyxis.conf.j2", ctx) == (
+            "# pyxis 0.20.0 (srun/sbatch --container-image), managed by hpckit (role enroot_pyxis).\n"
+            "required /usr/local/lib/slurm/spank_pyxis.so\n"
+        )
+    ctx = context(bp, "gpu001", "enroot_pyxis")
+    ctx["enroot_pyxis_pyxis_args"] = {"container_scope": "job", "sbatch_support": 1}
+    assert render("enroot_pyxis", "pyxis.conf.j2", ctx).endswith(
+        "required /usr/local/lib/slurm/spank_pyxis.so container_scope=job sbatch_support=1\n"
+    )
+    assert context(bp, "head01", "enroot_pyxis")["enroot_pyxis_pyxis"] is False
+
+
+# --- shared filesystems -------------------------------------------------------------------------------------------
+
+
+def test_exports_of_the_nfs_server_list_every_cluster_host(bp: Blueprint) -> None:
+    ctx = context(bp, "head01", "shared_fs")
+    assert [fs["name"] for fs in ctx["shared_fs_served"]] == ["home"]
+    opts = "(rw,sync,no_subtree_check,root_squash)"
+    clients = ["10.10.0.10/31", "10.10.0.12/32", "10.10.0.101/32", "10.10.0.102/31", "10.10.0.104/29"]
+    clients += ["10.10.0.112/30", "10.10.0.116/32"]
+    assert render("shared_fs", "exports.j2", ctx).splitlines()[1:] == [
+        "/export/home " + " ".join(c + opts for c in clients)
+    ]
+    assert context(bp, "gpu001", "shared_fs")["shared_fs_served"] == []
+
+
+def fstab_line(bp: Blueprint, host: str) -> str:
+    line = task("shared_fs", "client.yml", "Declare the mounts in fstab")["ansible.builtin.lineinfile"]["line"]
+    ctx = context(bp, host, "shared_fs")
+    (fs,) = ctx["shared_fs_nfs"]
+    return str(NATIVE.from_string(line).render({**ctx, "item": fs}))
+
+
+def test_fstab_lines_mount_home_from_the_server_and_bind_it_on_the_server(bp: Blueprint) -> None:
+    for host in [*GPU_NODES, "login01", "login02"]:
+        assert fstab_line(bp, host) == "10.10.0.10:/export/home /home nfs rw,hard,noatime,vers=4.2,_netdev 0 0"
+    assert fstab_line(bp, "head01") == "/export/home /home none bind 0 0"
+
+
+def test_existing_lustre_is_only_checked(bp: Blueprint) -> None:
+    ctx = context(bp, "gpu001", "shared_fs")
+    assert ctx["shared_fs_existing"] == [{"name": "scratch", "mount": "/lustre", "fstype": "lustre"}]
+    assert ctx["shared_fs_mode"] == "mount" and "/lustre" not in str(ctx["shared_fs_nfs"])
