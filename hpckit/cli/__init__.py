@@ -11,7 +11,9 @@ from hpckit import __version__
 from hpckit.cli import bench as _bench
 from hpckit.cli import blueprint as _blueprint
 from hpckit.cli import deploy as _deploy
+from hpckit.cli import health as _health
 from hpckit.cli import jobs as _jobs
+from hpckit.cli import preflight as _preflight
 from hpckit.cli import results as _results
 from hpckit.cli.lab import lab as _lab
 from hpckit.errors import HpckitError
@@ -34,7 +36,8 @@ def cli() -> None:
     """Stand up and run Slurm GPU clusters."""
 
 
-for command in [*_blueprint.COMMANDS, *_deploy.COMMANDS, _lab, *_results.COMMANDS, *_jobs.COMMANDS, *_bench.COMMANDS]:
+GROUPS = [_blueprint, _deploy, _results, _jobs, _bench, _health, _preflight]
+for command in [*(c for g in GROUPS for c in g.COMMANDS), _lab]:
     cli.add_command(command)
 
 
