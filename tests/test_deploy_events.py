@@ -35,3 +35,13 @@ def test_diffs_are_collected() -> None:
     tr.feed(ev("runner_on_ok", host="ctl", task="slurm.conf", changed=True, diff=[diff]))
     tr.feed(ev("runner_on_ok", host="ctl", task="same", diff={"before": "x", "after": "x"}))
     assert [(d.host, d.path) for d in tr.diffs] == [("ctl", "/etc/slurm/slurm.conf")]
+
+
+def test_diffs_of_new_files_and_loops() -> None:
+    tr = Tracker()
+    new_file = {"before": "", "after": "x\n", "before_header": "/dev/null", "after_header": "/tmp/t.j2"}
+    args = {"invocation": {"module_args": {"dest": "/etc/nccl.conf"}}}
+    tr.feed(ev("runner_on_ok", host="n1", task="nccl.conf", changed=True, diff=[new_file], **args))
+    line = {"before": "a\n", "after": "a\nb\n", "before_header": "/etc/fstab"}
+    tr.feed(ev("runner_on_ok", host="n1", task="fstab", changed=True, results=[{"diff": [line], "changed": True}]))
+    assert [(d.path, d.after) for d in tr.diffs] == [("/etc/nccl.conf", "x\n"), ("/etc/fstab", "a\nb\n")]

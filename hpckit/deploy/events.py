@@ -99,13 +99,16 @@ class Tracker:
             tally.skipped += 1
 
     def _collect_diffs(self, host: str, task: str, res: Mapping[str, Any]) -> None:
+        loop = res.get("results")
+        if isinstance(loop, list):  # a looped task: each item carries its own diff
+            for item_res in loop:
+                if isinstance(item_res, Mapping):
+                    self._collect_diffs(host, task, item_res)
         diff = res.get("diff")
         for item in diff if isinstance(diff, list) else [diff] if isinstance(diff, dict) else []:
             before, after = item.get("before", ""), item.get("after", "")
             if isinstance(before, str) and isinstance(after, str) and before != after:
-                # after_header is often the template's temporary copy; the destination names the live file.
-                path = str(res.get("dest") or item.get("before_header") or item.get("after_header") or "?")
-                self.diffs.append(ConfigDiff(host, task, path, before, after))
+                self.diffs.append(ConfigDiff(host, task, _diff_path(res, item), before, after))
 
     @property
     def ok(self) -> bool:
@@ -113,6 +116,16 @@ class Tracker:
 
     def changed_total(self) -> int:
         return sum(t.changed for t in self.hosts.values())
+
+
+def _diff_path(res: Mapping[str, Any], item: Mapping[str, Any]) -> str:
+    """The live file a diff is about. after_header is often the template's temporary copy, and a file that
+    does not exist yet has its destination only in the module arguments."""
+    args = (res.get("invocation") or {}).get("module_args") or {}
+    for candidate in (res.get("dest"), args.get("dest"), args.get("path"), item.get("before_header")):
+        if isinstance(candidate, str) and candidate and candidate != "/dev/null":
+            return candidate
+    return str(item.get("after_header") or "?")
 
 
 def _message(res: Mapping[str, Any]) -> str:
