@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import shlex
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from hpckit.errors import HpckitError
 from hpckit.preflight.expect import ACCOUNTS, HostPlan
-from hpckit.slurm.transport import CommandResult
+from hpckit.slurm.transport import CommandResult, Transport
 
 # 127: the shell found no such command (SSH runs commands through the login shell).
 RC_NOT_FOUND = 127
@@ -29,19 +28,8 @@ _IB_SYSFS = (
 )
 
 
-class Connection(Protocol):
-    where: str
-
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: str | None = None,
-        timeout: float | None = 60.0,
-        env: Mapping[str, str] | None = None,
-    ) -> CommandResult: ...
-
-    def close(self) -> None: ...
+# Probes run over any Transport: SSH to real hosts, or recorded answers in tests.
+Connection = Transport
 
 
 @dataclass(frozen=True)

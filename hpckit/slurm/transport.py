@@ -48,6 +48,8 @@ class Transport(Protocol):
         env: Mapping[str, str] | None = None,
     ) -> CommandResult: ...
 
+    def close(self) -> None: ...
+
 
 @dataclass
 class LocalTransport:
@@ -75,6 +77,9 @@ class LocalTransport:
         except subprocess.TimeoutExpired:
             raise TransportError(f"`{shlex.join(argv)}` on {self.where} did not finish in {timeout} s") from None
         return CommandResult(tuple(argv), done.returncode, done.stdout, done.stderr, self.where)
+
+    def close(self) -> None:
+        """Nothing to close: each command is its own process."""
 
 
 @dataclass
