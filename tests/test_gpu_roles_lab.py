@@ -71,7 +71,8 @@ class Lab:
         for item in diff if isinstance(diff, list) else [diff] if isinstance(diff, dict) else []:
             after = item.get("after")
             if isinstance(after, str) and after != item.get("before"):
-                for path in (res.get("dest"), args.get("dest"), item.get("before_header"), item.get("after_header")):
+                candidates = (res.get("dest"), args.get("dest"), args.get("path"))
+                for path in (*candidates, item.get("before_header"), item.get("after_header")):
                     if path:
                         self.diffs[(str(data.get("host")), str(path))] = after
 
