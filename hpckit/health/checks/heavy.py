@@ -3,8 +3,11 @@ hardware table (peak figure x the type's health fraction, minus its tolerance)."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
 
+from hpckit.hardware import GpuType, HealthFractions
 from hpckit.health.context import Context
 from hpckit.health.gpubench import BenchReport, BenchUnavailable
 from hpckit.health.model import Bounds, Measure, absent, judge, ok
@@ -21,42 +24,72 @@ def _report(ctx: Context, metric: str) -> BenchReport | Measure | None:
         return absent(metric, str(exc))
 
 
-@check("gpu.gemm", tier="nightly")
-def gemm(ctx: Context) -> Iterator[Measure]:
-    """bf16 GEMM TFLOP/s per GPU vs the type's dense bf16 peak x gemm_fraction."""
-    report = _report(ctx, "gemm")
+@dataclass(frozen=True)
+class _PerGpu:
+    """How one per-GPU heavy figure is read and judged; gemm and copy differ only in these."""
+
+    report_metric: str
+    metric: str
+    unit: str
+    fault: str
+    what: str
+    value: Callable[[Any], float]
+    peak: Callable[[GpuType], float | None]
+    fraction: Callable[[HealthFractions], float]
+    missing: str
+
+
+def _per_gpu(ctx: Context, spec: _PerGpu) -> Iterator[Measure]:
+    report = _report(ctx, spec.report_metric)
     if not isinstance(report, BenchReport):
         yield from [report] if report else []
         return
     entry = ctx.gpu_type()
-    peak = entry.bf16_dense_tflops if entry else None
+    peak = spec.peak(entry) if entry else None
     health = entry.health if entry else None
     for gpu in report.gpus:
-        metric, value = f"gpu{gpu.index}.tflops", round(gpu.gemm_tflops, 1)
+        metric, value = f"gpu{gpu.index}.{spec.metric}", round(spec.value(gpu), 1)
         if peak is None or health is None:
-            yield ok(metric, value, "TFLOP/s", f"{gpu.name}: no bf16 figure in the hardware table; history only")
+            yield ok(metric, value, spec.unit, f"{gpu.name}: {spec.missing}; history only")
             continue
-        bounds = Bounds(peak * health.gemm_fraction, rel=health.tolerance, side="low")
-        yield judge(metric, value, "TFLOP/s", bounds, "gemm-slow", what=f"gpu{gpu.index} bf16 GEMM")
+        bounds = Bounds(peak * spec.fraction(health), rel=health.tolerance, side="low")
+        yield judge(metric, value, spec.unit, bounds, spec.fault, what=f"gpu{gpu.index} {spec.what}")
+
+
+_GEMM = _PerGpu(
+    "gemm",
+    "tflops",
+    "TFLOP/s",
+    "gemm-slow",
+    "bf16 GEMM",
+    lambda g: g.gemm_tflops,
+    lambda e: e.bf16_dense_tflops,
+    lambda h: h.gemm_fraction,
+    "no bf16 figure in the hardware table",
+)
+_COPY = _PerGpu(
+    "copy",
+    "copy",
+    "GB/s",
+    "copy-slow",
+    "device copy",
+    lambda g: g.copy_gbps,
+    lambda e: e.mem_bw_gbps,
+    lambda h: h.copy_fraction,
+    "no bandwidth figure in the hardware table",
+)
+
+
+@check("gpu.gemm", tier="nightly")
+def gemm(ctx: Context) -> Iterator[Measure]:
+    """bf16 GEMM TFLOP/s per GPU vs the type's dense bf16 peak x gemm_fraction."""
+    return _per_gpu(ctx, _GEMM)
 
 
 @check("gpu.copy", tier="nightly")
 def copy(ctx: Context) -> Iterator[Measure]:
     """Device-to-device copy GB/s per GPU vs the type's memory bandwidth x copy_fraction."""
-    report = _report(ctx, "copy")
-    if not isinstance(report, BenchReport):
-        yield from [report] if report else []
-        return
-    entry = ctx.gpu_type()
-    peak = entry.mem_bw_gbps if entry else None
-    health = entry.health if entry else None
-    for gpu in report.gpus:
-        metric, value = f"gpu{gpu.index}.copy", round(gpu.copy_gbps, 1)
-        if peak is None or health is None:
-            yield ok(metric, value, "GB/s", f"{gpu.name}: no bandwidth figure in the hardware table; history only")
-            continue
-        bounds = Bounds(peak * health.copy_fraction, rel=health.tolerance, side="low")
-        yield judge(metric, value, "GB/s", bounds, "copy-slow", what=f"gpu{gpu.index} device copy")
+    return _per_gpu(ctx, _COPY)
 
 
 @check("gpu.nccl", tier="nightly")
