@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,7 +32,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     if reason:
         pytest.skip(reason)
     tmp = tmp_path_factory.mktemp("cluster")
-    c = Cluster("labci", lab_blueprint(tmp, "labci", "10.77.8", "hpckt8"), tmp / "state")
+    # Two checkouts testing on one machine at once need two labs: HPCKIT_TEST_LAB=NAME,NET,BRIDGE.
+    name, net, bridge = os.environ.get("HPCKIT_TEST_LAB", "labci,10.77.8,hpckt8").split(",")
+    c = Cluster(name, lab_blueprint(tmp, name, net, bridge), tmp / "state")
     try:
         done = c.deploy()
         if done.rc != 0:
