@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from hpckit.deploy.runner import PlaybookRun, RunOutcome, ansible_version, run_p
 from hpckit.deploy.targets import Target, prepare_target
 from hpckit.errors import HpckitError
 from hpckit.slurm.client import SlurmClient
+from hpckit.slurm.transport import Transport
 
 EventSink = Callable[[Mapping[str, Any]], None]
 
@@ -36,6 +39,7 @@ class DeployResult:
     outcome: RunOutcome
     record: DeploymentRecord
     join: JoinReport | None = None
+    slurm_version: str = "unknown (the playbook did not finish)"
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -67,9 +71,8 @@ def deploy(bp: Blueprint, tracker: Tracker, sink: EventSink, opts: DeployOptions
     result = DeployResult(tracker, outcome, record, timings=timings)
     if tracker.ok and outcome.status == "successful":
         t2 = time.monotonic()
-        result.join = _join(bp, target, opts.join_timeout)
+        result.join, result.slurm_version = _after_playbook(bp, target, record, opts.join_timeout)
         _timed(timings, "join", t2)
-        _fetch_configs(bp, target, record)
     _timed(timings, "total", t0)
     _finish_record(bp, target, result)
     return result
@@ -84,16 +87,30 @@ def plan(bp: Blueprint, tracker: Tracker, sink: EventSink) -> RunOutcome:
     return run_playbook(inventory, extravars, PlaybookRun(check=True, diff=True), sink)
 
 
-def _join(bp: Blueprint, target: Target, timeout: float) -> JoinReport:
-    compute = [host for _, host, _ in bp.compute_hosts()]
-    controller = target.transport(bp.controller.host)
-    try:
-        report = wait_for_join(SlurmClient(controller), compute, timeout=timeout)
-    finally:
-        controller.close()
+def _after_playbook(bp: Blueprint, target: Target, record: DeploymentRecord, timeout: float) -> tuple[JoinReport, str]:
+    """Join watchdog, Slurm version and copies of the configs: one connection to the controller for the first
+    three, and one per partition's first node, in parallel (each SSH handshake costs a few tenths of a second,
+    which is most of a no-op deploy's time after the playbook)."""
+    others = sorted({p.hostnames()[0] for p in bp.partitions} - {bp.controller.host})
+    with ThreadPoolExecutor(max_workers=1 + len(others)) as pool:
+        copies = [pool.submit(_copy_configs, target, host, record) for host in others]
+        controller = target.transport(bp.controller.host)
+        try:
+            report = _join(bp, controller, timeout)
+            version = _slurm_version(controller)
+            _fetch_configs(controller, bp.controller.host, record)
+        finally:
+            controller.close()
+        for done in copies:
+            done.result()
     for node in report.missing:
         report.log_tails[node] = _log_tail(target, node)
-    return report
+    return report, version
+
+
+def _join(bp: Blueprint, controller: Transport, timeout: float) -> JoinReport:
+    compute = [host for _, host, _ in bp.compute_hosts()]
+    return wait_for_join(SlurmClient(controller), compute, timeout=timeout)
 
 
 def _log_tail(target: Target, node: str, lines: int = 15) -> str:
@@ -107,36 +124,45 @@ def _log_tail(target: Target, node: str, lines: int = 15) -> str:
         conn.close()
 
 
-def _fetch_configs(bp: Blueprint, target: Target, record: DeploymentRecord) -> None:
-    hosts = [bp.controller.host, *{p.hostnames()[0] for p in bp.partitions}]
-    for host in hosts:
-        conn = target.transport(host)
-        try:
-            for path in RECORDED_CONFIGS:
-                done = conn.run(["cat", path], timeout=15)
-                if done.ok:
-                    record.write_config(host, path, done.stdout)
-        except HpckitError:
-            continue  # the record notes what it has; a missing copy is not a failed deploy
-        finally:
-            conn.close()
-
-
-def _slurm_version(bp: Blueprint, target: Target) -> str:
-    conn = target.transport(bp.controller.host)
+def _copy_configs(target: Target, host: str, record: DeploymentRecord) -> None:
     try:
-        return SlurmClient(conn).version()
-    except HpckitError as exc:
-        return f"unknown ({exc})"
+        conn = target.transport(host)
+    except HpckitError:
+        return  # the record notes what it has; a missing copy is not a failed deploy
+    try:
+        _fetch_configs(conn, host, record)
     finally:
         conn.close()
+
+
+# Every readable config as two lines, its path and its bytes in base64: one round trip for all of them,
+# exact whatever they hold.
+_CAT_CONFIGS = 'for f; do if [ -r "$f" ]; then printf "%s\\n" "$f"; base64 -w0 "$f"; echo; fi; done'
+
+
+def _fetch_configs(conn: Transport, host: str, record: DeploymentRecord) -> None:
+    try:
+        done = conn.run(["sh", "-c", _CAT_CONFIGS, "sh", *RECORDED_CONFIGS], timeout=15)
+    except HpckitError:
+        return
+    lines = done.stdout.splitlines() if done.ok else []
+    for path, data in zip(lines[::2], lines[1::2], strict=False):
+        if path in RECORDED_CONFIGS:
+            record.write_config(host, path, base64.b64decode(data).decode(errors="replace"))
+
+
+def _slurm_version(controller: Transport) -> str:
+    try:
+        return SlurmClient(controller).version()
+    except HpckitError as exc:
+        return f"unknown ({exc})"
 
 
 def _finish_record(bp: Blueprint, target: Target, result: DeployResult) -> None:
     rec, tracker = result.record, result.tracker
     rec.write_json(
         "versions.json",
-        {"hpckit": __version__, "ansible-core": ansible_version(), "slurm": _slurm_version(bp, target)},
+        {"hpckit": __version__, "ansible-core": ansible_version(), "slurm": result.slurm_version},
     )
     rec.write_json(
         "summary.json",
