@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks._record import record  # noqa: E402
 from tests.labutil import Cluster, lab_blueprint  # noqa: E402
 
-NET, BRIDGE = "10.77.49", "hpckh49"
+NET, BRIDGE = "10.77.50", "hpckh50"
 HEALTH = "/etc/hpckit/hpckit-health"
 
 

@@ -154,19 +154,32 @@ def test_topology_for_the_recorded_fabric_keeps_only_slurm_nodes() -> None:
     assert topology_for(text, ["somewhere-else"]) == ""
 
 
-def test_proposed_blueprint_fields_are_read_once_the_model_has_them() -> None:
-    from types import SimpleNamespace
-
-    from hpckit.deploy.gpu_vars import pinned_driver
-
-    assert pinned_driver(SimpleNamespace(driver="550.127.08")) == "550.127.08"  # type: ignore[arg-type]
-    assert pinned_driver(SimpleNamespace()) == ""  # type: ignore[arg-type]
-    bp = load_blueprint(Path(__file__).resolve().parent.parent / "blueprints" / "h100-ib.yaml")
+def test_driver_dcgm_smoke_image_and_hooks_reach_the_roles(tmp_path: Path) -> None:
+    source = Path(__file__).resolve().parent.parent / "blueprints" / "h100-ib.yaml"
+    bp = load_blueprint(source)
     ev = gpu_extravars(bp)
     assert ev["enroot_pyxis_smoke_image"] == "" and ev["enroot_pyxis_hook_sources"] == {}
     assert "nvidia_dcgm" not in gpu_host_vars(bp, "gpu001") and "nvidia_driver_version" not in gpu_host_vars(
         bp, "gpu001"
     )
+    text = source.read_text().replace(
+        "gpus: {type: h100-sxm, count: 8}", 'gpus: {type: h100-sxm, count: 8, driver: "550.127.08", dcgm: true}'
+    )
+    text = text.replace(
+        '  pyxis:\n    version: "0.20.0"\n',
+        '  pyxis:\n    version: "0.20.0"\n  smoke_image: "nvcr.io#nvidia/pytorch:24.05-py3"\n',
+    )
+    text = text.replace(
+        '    version: "3.5.0"\n', '    version: "3.5.0"\n    hooks: {90-site.sh: /srv/hooks/90-site.sh}\n'
+    )
+    pinned = tmp_path / "pinned.yaml"
+    pinned.write_text(text)
+    bp = load_blueprint(pinned)
+    host = gpu_host_vars(bp, "gpu001")
+    assert host["nvidia_driver_version"] == "550.127.08" and host["nvidia_dcgm"] is True
+    ev = gpu_extravars(bp)
+    assert ev["enroot_pyxis_smoke_image"] == "nvcr.io#nvidia/pytorch:24.05-py3"
+    assert ev["enroot_pyxis_hook_sources"] == {"90-site.sh": "/srv/hooks/90-site.sh"}
 
 
 def test_merge_adds_host_vars_and_extravars_without_touching_the_inputs(repo: Path) -> None:

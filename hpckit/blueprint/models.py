@@ -101,6 +101,12 @@ def _ipv4(value: str) -> None:
 class Gpus(Strict):
     type: str = Field(description="a GPU type from the hardware table (key, GRES name or product name)")
     count: int = Field(ge=1, le=64)
+    driver: str | None = Field(
+        None,
+        pattern=r"^[0-9]+(\.[0-9]+){1,2}$",
+        description="the NVIDIA driver version every node must run, e.g. 550.90.07 (checked, never installed)",
+    )
+    dcgm: bool = Field(False, description="install and run DCGM (nv-hostengine) on these nodes")
 
     @field_validator("type")
     @classmethod
@@ -237,6 +243,11 @@ class Enroot(Strict):
     runtime_path: AbsPath = "/run/enroot/user-$(id -u)"
     cache_path: AbsPath = "/raid/enroot/cache/group-$(id -g)"
     data_path: AbsPath = "/raid/enroot/data/user-$(id -u)"
+    hooks: dict[str, str] = Field(
+        default_factory=dict,
+        description="extra enroot hooks to install: file name -> URL or local path (the PMIx and PyTorch hooks "
+        "come with enroot)",
+    )
 
 
 class Pyxis(Strict):
@@ -248,6 +259,11 @@ class Containers(Strict):
     enabled: bool = Field(True, description="enroot + pyxis on GPU partitions (a partition may opt out)")
     enroot: Enroot = Enroot()
     pyxis: Pyxis = Pyxis()
+    smoke_image: str | None = Field(
+        None,
+        description="image the deploy runs once per GPU partition with srun --container-image: a registry "
+        "reference (nvcr.io#nvidia/pytorch:24.05-py3, note the #) or a .sqsh path on the shared filesystem",
+    )
 
 
 class HealthSettings(Strict):

@@ -83,7 +83,7 @@ def _node_vars(bp: Blueprint, part: Partition) -> dict[str, Any]:
         driver = pinned_driver(hw.gpus)
         if driver:
             out["nvidia_driver_version"] = driver
-        if _proposed(hw.gpus, "dcgm", False):
+        if hw.gpus.dcgm:
             out["nvidia_dcgm"] = True
     if hw.infiniband is not None:
         out["infiniband_hcas"] = list(hw.infiniband.hcas)
@@ -99,16 +99,9 @@ def _is_login(bp: Blueprint, host: str) -> bool:
     return any(h.host == host for h in bp.login)
 
 
-def _proposed(model: object, field: str, default: Any) -> Any:
-    """A blueprint field proposed for these roles that the model may not have yet (read as its default until
-    it does): hardware.gpus.driver and .dcgm, containers.smoke_image, containers.enroot.hooks."""
-    value = getattr(model, field, None)
-    return default if value is None else value
-
-
 def pinned_driver(gpus: Gpus) -> str:
     """The driver version a partition pins (``hardware.gpus.driver``; "" = any)."""
-    return str(_proposed(gpus, "driver", ""))
+    return gpus.driver or ""
 
 
 # --- nvidia: gres.conf devices ---------------------------------------------------------------------------
@@ -187,8 +180,8 @@ def _container_vars(bp: Blueprint) -> dict[str, Any]:
         "enroot_pyxis_pyxis_version": pyxis.version,
         "enroot_pyxis_pyxis_source": pyxis.source or "",
         "enroot_pyxis_smoke_partitions": [p.name for p in bp.partitions if bp.containers_on(p)],
-        "enroot_pyxis_smoke_image": str(_proposed(bp.containers, "smoke_image", "")),
-        "enroot_pyxis_hook_sources": dict(_proposed(enroot, "hooks", {})),
+        "enroot_pyxis_smoke_image": bp.containers.smoke_image or "",
+        "enroot_pyxis_hook_sources": dict(enroot.hooks),
     }
 
 
