@@ -45,3 +45,39 @@ def test_other_files() -> None:
     assert overall(file_changes("/etc/slurm/gres.conf", "a", "b")).label == "slurmd restart"
     assert file_changes("/etc/slurm/gres.conf", "a", "a") == []
     assert overall(file_changes("/etc/slurm/topology.conf", "", "x")) == Action.RECONFIGURE
+
+
+GROWN = """\
+ClusterName=lab
+NodeName=node[1-2] NodeAddr=10.77.0.[21-22] CPUs=2 Gres=gpu:lab:4 State=UNKNOWN
+PartitionName=gpu Nodes=node[1-2] Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+def test_a_grown_node_range_reads_as_the_added_nodes() -> None:
+    after = GROWN.replace("node[1-2]", "node[1-4]").replace("10.77.0.[21-22]", "10.77.0.[21-24]")
+    changes = slurm_conf_changes(GROWN, after)
+    assert [(c.what, c.action.label) for c in changes] == [
+        ("NodeName=node[3-4] added", "slurmctld restart"),
+        ("PartitionName=gpu changed", "live scontrol reconfigure"),
+    ]
+
+
+def test_node_lines_compare_per_node() -> None:
+    regrouped = GROWN.replace(
+        "NodeName=node[1-2] NodeAddr=10.77.0.[21-22] CPUs=2 Gres=gpu:lab:4 State=UNKNOWN",
+        "NodeName=node1 NodeAddr=10.77.0.21 CPUs=2 Gres=gpu:lab:4 State=UNKNOWN\n"
+        "nodename=node2 State=UNKNOWN Gres=gpu:lab:4 CPUs=2 NodeAddr=10.77.0.22",
+    )
+    assert slurm_conf_changes(GROWN, regrouped) == []
+    moved = GROWN.replace("10.77.0.[21-22]", "10.77.0.[21,23]")
+    assert [c.what for c in slurm_conf_changes(GROWN, moved)] == ["NodeName=node2 changed"]
+    shrunk = GROWN.replace("node[1-2]", "node1").replace("10.77.0.[21-22]", "10.77.0.21")
+    assert "NodeName=node2 removed" in [c.what for c in slurm_conf_changes(GROWN, shrunk)]
+    broken = GROWN.replace("node[1-2]", "node[1-")
+    assert overall(slurm_conf_changes(GROWN, broken)) == Action.SLURMCTLD_RESTART
+
+
+def test_a_new_hosts_first_slurm_conf_is_created_not_a_cluster_rename() -> None:
+    changes = file_changes("/etc/slurm/slurm.conf", "", BASE)
+    assert [(c.what, c.action.label) for c in changes] == [("created", "slurmd restart")]
