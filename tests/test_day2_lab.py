@@ -102,7 +102,7 @@ def _check_extension(lab: Cluster, job_id: str, before: dict[str, str]) -> None:
     status = provider.lab_status(NAME)
     assert status.all_up and [n.name for n in status.nodes] == ["ctl", "login", "node1", "node2", "node3", "node4"]
     for host in ("node1", "login"):  # names resolve on the old machines too
-        assert lab.on(host, "getent", "hosts", "node4").stdout.split()[0] == f"{NET}.24"
+        assert lab.on(host, "getent", "ahostsv4", "node4").stdout.split()[0] == f"{NET}.24"
 
 
 def test_two_nodes_join_a_running_cluster_while_a_job_runs(tmp_path: Path) -> None:
