@@ -76,13 +76,14 @@ def plan_cmd(blueprint: Path, site_files: tuple[Path, ...], as_json: bool) -> No
     """Show, changing nothing, how every rendered config differs from what is live."""
     bp = _load(blueprint, site_files)
     tracker = Tracker()
-    outcome = plan(bp, tracker, lambda event: tracker.feed(event))
+    result = plan(bp, tracker, lambda event: tracker.feed(event))
     changes = plan_changes(tracker.diffs)
     if as_json:
         report = {
-            "status": outcome.status,
+            "status": result.outcome.status,
             "action": overall(changes).label,
             "changes": [{"file": c.file, "what": c.what, "action": c.action.label} for c in changes],
+            "new_hosts": list(result.new_hosts),
             "diffs": [d.__dict__ for d in tracker.diffs],
             "failures": [str(f) for f in tracker.failures],
         }
@@ -91,6 +92,8 @@ def plan_cmd(blueprint: Path, site_files: tuple[Path, ...], as_json: bool) -> No
         _print_diffs(tracker.diffs)
         for change in changes:
             click.echo(f"{change.action.label:<26} {change.file}: {change.what}")
+        for host in result.new_hosts:
+            click.echo(f"{'new host':<26} {host}: not running yet; deploy starts it and builds it from scratch")
         if changes:
             click.echo(f"applying this plan needs: {overall(changes).label}")
         for failure in tracker.failures:

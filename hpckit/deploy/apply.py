@@ -78,13 +78,29 @@ def deploy(bp: Blueprint, tracker: Tracker, sink: EventSink, opts: DeployOptions
     return result
 
 
-def plan(bp: Blueprint, tracker: Tracker, sink: EventSink) -> RunOutcome:
+@dataclass(frozen=True)
+class PlanResult:
+    outcome: RunOutcome
+    # Lab hosts whose machine does not run yet (added to the blueprint): deploy starts them and builds
+    # them from scratch; the check run leaves them out, as there is nothing on them to compare with.
+    new_hosts: tuple[str, ...] = ()
+
+
+def plan(bp: Blueprint, tracker: Tracker, sink: EventSink) -> PlanResult:
     """A check + diff run: what deploy would change, file by file, changing nothing."""
     target = prepare_target(bp, bring_up_lab=False)
     inventory = build_inventory(bp, target.access)
     extravars = {**build_extravars(bp), **target.runtime_extravars()}
-    tracker.expect_hosts([e.name for e in host_entries(bp)])
-    return run_playbook(inventory, extravars, PlaybookRun(check=True, diff=True), sink)
+    hosts = [e.name for e in host_entries(bp)]
+    new = target.not_started
+    if set(hosts) <= set(new):
+        raise HpckitError(
+            f"lab {bp.cluster_name!r} is not up: there is nothing to compare with (`hpckit deploy` builds it)"
+        )
+    tracker.expect_hosts([h for h in hosts if h not in new])
+    limit = ",".join(["all", *(f"!{h}" for h in new)]) if new else None
+    outcome = run_playbook(inventory, extravars, PlaybookRun(check=True, diff=True, limit=limit), sink)
+    return PlanResult(outcome, new)
 
 
 def _after_playbook(bp: Blueprint, target: Target, record: DeploymentRecord, timeout: float) -> tuple[JoinReport, str]:

@@ -12,6 +12,8 @@ import enum
 import re
 from dataclasses import dataclass
 
+import hostlist
+
 from hpckit.deploy.events import ConfigDiff
 
 
@@ -111,9 +113,56 @@ def _keyed(file: str, kind: str, before: dict[str, str], after: dict[str, str], 
     return sorted(out, key=lambda c: c.what)
 
 
+def per_node(nodes: dict[str, str]) -> dict[str, str]:
+    """NodeName lines -> one entry per node (its NodeAddr and other settings), so that node[1-2] growing into
+    node[1-4] reads as node[3-4] added, not as one line removed and another added."""
+    out: dict[str, str] = {}
+    for key, line in nodes.items():
+        fields = {k.lower(): v for k, _, v in (t.partition("=") for t in line.split())}  # Slurm's keys ignore case
+        addr_list = fields.pop("nodeaddr", "")
+        fields.pop("nodename", None)
+        settings = " ".join(f"{k}={v}" for k, v in sorted(fields.items()))
+        try:
+            names = hostlist.expand_hostlist(key)
+            addrs = hostlist.expand_hostlist(addr_list)
+        except hostlist.BadHostlist:
+            out[key] = line  # not a hostlist Slurm would take either; compared as a whole line
+            continue
+        if len(addrs) != len(names):
+            addrs = [addr_list] * len(names)
+        for name, addr in zip(names, addrs, strict=True):
+            out[name] = f"nodeaddr={addr} {settings}"
+    return out
+
+
+def _node_changes(file: str, before: dict[str, str], after: dict[str, str]) -> list[Change]:
+    old, new = per_node(before), per_node(after)
+    groups = {
+        "added": sorted(new.keys() - old.keys()),
+        "removed": sorted(old.keys() - new.keys()),
+        "changed": sorted(n for n in old.keys() & new.keys() if old[n] != new[n]),
+    }
+    return [
+        Change(file, f"NodeName={_compress(names)} {what}", Action.SLURMCTLD_RESTART)
+        for what, names in groups.items()
+        if names
+    ]
+
+
+def _compress(names: list[str]) -> str:
+    try:
+        return str(hostlist.collect_hostlist(names))
+    except hostlist.BadHostlist:  # a malformed NodeName kept whole
+        return ",".join(names)
+
+
 def slurm_conf_changes(before: str, after: str, file: str = "slurm.conf") -> list[Change]:
+    if not before.strip():
+        # A host's first slurm.conf: a new host, whose daemons start from scratch. What the cluster's
+        # running daemons must do shows on the hosts that already have one.
+        return [Change(file, "created", Action.SLURMD_RESTART)]
     old, new = parse_slurm_conf(before), parse_slurm_conf(after)
-    changes = _keyed(file, "NodeName", old.nodes, new.nodes, Action.SLURMCTLD_RESTART)
+    changes = _node_changes(file, old.nodes, new.nodes)
     changes += _keyed(file, "PartitionName", old.partitions, new.partitions, Action.RECONFIGURE)
     for key in sorted(old.params.keys() | new.params.keys()):
         if old.params.get(key) == new.params.get(key):

@@ -22,6 +22,8 @@ class Target:
     access: SshAccess
     addresses: dict[str, str]  # host -> address SSH uses (the name itself when none is declared)
     lab: bool
+    # Lab hosts of the blueprint whose machine is not running (a plan leaves them so; deploy starts them).
+    not_started: tuple[str, ...] = ()
 
     def runtime_extravars(self) -> dict[str, str]:
         """What depends on this machine rather than the blueprint: lab nodes share its filesystem, so the
@@ -44,25 +46,33 @@ def ssh_transport(access: SshAccess, address: str, where: str) -> SshTransport:
     return SshTransport(address, access.user, access.port, key, known, where=where)
 
 
-def _lab_running(spec: LabSpec) -> bool:
-    """Every node's machine runs. A node whose sshd is down stays so: deploy reports it, it does not heal it."""
+def _not_running(spec: LabSpec) -> tuple[str, ...]:
+    """The spec's nodes whose machine does not run: all of them when the lab is down, the added ones when
+    the blueprint gained nodes. A node whose sshd is down counts as running: deploy reports it, it does not
+    heal it."""
     try:
         status = lab_status(spec.cluster, spec.state_root)
     except LabError:
-        return False
-    return {n.name for n in status.nodes if n.up} == {n.name for n in spec.nodes}
+        return tuple(n.name for n in spec.nodes)
+    up = {n.name for n in status.nodes if n.up}
+    return tuple(n.name for n in spec.nodes if n.name not in up)
 
 
 def prepare_target(bp: Blueprint, *, bring_up_lab: bool = True) -> Target:
-    """For a lab blueprint, bring the lab up (idempotent) and use its SSH identity."""
+    """For a lab blueprint, bring the lab up (idempotent; nodes added to the blueprint are started) and use
+    its SSH identity. With ``bring_up_lab=False`` nothing is started and the target lists what is not."""
     addresses = {e.name: e.address or e.name for e in host_entries(bp)}
     if isinstance(bp.provider, StaticProvider):
         ssh = bp.provider.ssh
         key = str(Path(ssh.key).expanduser()) if ssh.key else None
         return Target(bp.cluster_name, SshAccess(ssh.user, ssh.port, key), addresses, lab=False)
     spec = spec_from_blueprint(bp)
-    if bring_up_lab and not _lab_running(spec):
+    not_started = _not_running(spec)
+    if bring_up_lab and not_started:
+        # lab_up starts only the missing machines; running ones (and their jobs) are left as they are,
+        # and every node's /etc/hosts and known hosts are rewritten to list the new ones.
         lab_up(spec)
+        not_started = ()
     ident = ssh_identity(spec.cluster, spec.state_root)
     access = SshAccess(ident.user, 22, str(ident.private_key), str(ident.known_hosts))
-    return Target(bp.cluster_name, access, addresses, lab=True)
+    return Target(bp.cluster_name, access, addresses, lab=True, not_started=not_started)
