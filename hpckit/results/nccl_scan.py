@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from hpckit.results.lines import PREFIX_RE, excerpt, strip_prefix
 from hpckit.results.model import Value
-from hpckit.results.nccl_fields import BINARY, NCCL_VERSION, classify_header
+from hpckit.results.nccl_fields import BINARY, NCCL_VERSION, LineRule, classify_header
 from hpckit.results.nccl_table import Schema, schema_from_header
 
 # launcher prefix (see lines.PREFIX_RE), row, device line and the `#` lines worth reading
@@ -21,9 +22,11 @@ _PREFIX = r"(?:\[\d+,\d+\]<std(?:out|err)>:|\[default\d+\]:|[ \t]*\d+:[ \t]?)"
 _P = _PREFIX + "?"
 # a row without a prefix is tried first: it is by far the most common line worth reading
 _NUMBER_FIRST = r"[ \t]*\d[\d.eE+-]*[ \t]"
-_ROW = rf"(?:{_NUMBER_FIRST}|{_PREFIX}{_NUMBER_FIRST})[^\n]*"
-_DEVICE = _P + r"[ \t]*#[ \t]*Rank[ \t][^\n]*"
-_HASH = _P + r"[ \t]*#[ \t]*(?:nThread|nccl-tests|Collective|size\b|Out of|Avg|Writing|error:|GPU memory)[^\n]*"
+# ".*" rather than "[^\n]*": the same lines (no DOTALL), but the regex engine runs to the end of
+# a line without testing a character set at every character
+_ROW = rf"(?:{_NUMBER_FIRST}|{_PREFIX}{_NUMBER_FIRST}).*"
+_DEVICE = _P + r"[ \t]*#[ \t]*Rank[ \t].*"
+_HASH = _P + r"[ \t]*#[ \t]*(?:nThread|nccl-tests|Collective|size\b|Out of|Avg|Writing|error:|GPU memory).*"
 SCAN = re.compile(rf"\n(?:(?P<rows>{_ROW}(?:\n{_ROW})*)|(?P<devices>{_DEVICE}(?:\n{_DEVICE})*)|(?P<hash>{_HASH}))")
 _STARTERS = frozenset({"version", "start", "params"})
 _FOOTERS = frozenset({"oob", "avg", "end"})
@@ -155,12 +158,19 @@ def _devices(sc: Scan, block: str, lineno: int) -> None:
 # ---------------------------------------------------------------- header lines
 
 
+@lru_cache(maxsize=4096)
+def _classified(line: str) -> tuple[LineRule | None, tuple[tuple[str, Value], ...]]:
+    """Kind and values of a `#` line.  Logs of many runs print the same header lines again and
+    again (params, versions, out-of-bounds footers): each distinct line is read once."""
+    rule = classify_header(line)
+    return rule, (() if rule is None else tuple(rule.extract(line).items()))
+
+
 def _header_line(sc: Scan, s: str, lineno: int, tag: int) -> None:
-    rule = classify_header(s)
+    rule, values = _classified(s)
     if rule is None:
         _maybe_columns(sc, s, lineno, tag)
         return
-    values = rule.extract(s)
     event = rule.event
     run = sc.current.get(tag)
     if event in _STARTERS and (run is None or run.starts_anew(event)):

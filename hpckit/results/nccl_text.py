@@ -148,7 +148,7 @@ def _repeat(values: Column, p: int, keep: np.ndarray, name: str) -> Column:
     kept = int(keep.sum())
     text = name in _TEXT_KEYS or isinstance(values, list | pd.Categorical)
     if values is None:  # legacy tables have no root column
-        return pd.Categorical([None] * kept) if text else np.full(kept, np.nan)
+        return _missing_text(kept) if text else np.full(kept, np.nan)
     if text:
         cat = values if isinstance(values, pd.Categorical) else pd.Categorical(values)
         return pd.Categorical.from_codes(np.repeat(cat.codes, p)[keep], categories=cat.categories)
@@ -157,10 +157,15 @@ def _repeat(values: Column, p: int, keep: np.ndarray, name: str) -> Column:
     return kept_values
 
 
+def _missing_text(n: int) -> Column:
+    """n missing text values, built from codes (a list of n Nones is slow to infer)."""
+    return pd.Categorical.from_codes(np.full(n, -1, dtype=np.int8), categories=pd.Categorical([None]).categories)
+
+
 def _filler(n: int, like: Column) -> Column:
     """What a column holds for rows of a layout that lacks it (timestamps, per-iteration stats)."""
     if isinstance(like, pd.Categorical):
-        return pd.Categorical([None] * n)
+        return _missing_text(n)
     if like.dtype.kind == "M":
         return np.full(n, np.datetime64("NaT"), dtype=like.dtype)
     return np.full(n, np.nan)
@@ -234,7 +239,8 @@ def _devices_meta(sc: Scan, main: Run, meta: dict[str, object]) -> None:
     devices = with_devices.devices()
     meta["devices"] = devices
     meta["ranks"] = len({d.get("rank") for d in devices})
-    every = "\n".join(line for r in sc.runs for line in r.device_lines)
+    # runs on the same nodes print the same device lines: search each distinct line once
+    every = "\n".join(dict.fromkeys(line for r in sc.runs for line in r.device_lines))
     meta["hosts"] = sorted(set(_HOST.findall(every)))
 
 
