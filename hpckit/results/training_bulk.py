@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 import pandas as pd
@@ -19,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from hpckit.results.model import NA_TOKENS, Field
-from hpckit.results.training_fields import LABELS, STEP_MARKER, TQDM
+from hpckit.results.training_fields import LABELS, STEP_MARKER
 
 MIN_LINES = 64  # below this the line-by-line parser is as fast
 Snake = Callable[[str], str]
@@ -176,40 +177,79 @@ def _convert(f: Field, values: pa.Array, numbers: np.ndarray | None) -> np.ndarr
 
 # ---------------------------------------------------------------- NeMo 1 tqdm
 
+# One whole refresh: "Epoch E:", the bar, "n/total [", the postfix up to "]" and the rest of the
+# refresh; nothing crosses "\r" or "\n", the ends of a refresh, nor the bar its first "[".  The lazy
+# bar takes the leftmost n/total, as TQDM's ".*?" does.  One findall per line reads every refresh
+# in C; the count check in _refreshes makes sure each is what TQDM.search would find.
+_REFRESH = re.compile(r"Epoch[^\S\r\n]+(\d+):[^\r\n\[]*?(\d+)/(\d+|\?)[^\S\r\n]*\[([^\]\r\n]*+)\][^\r\n]*+")
+_MARKER = re.compile(r"Epoch[^\S\r\n]+\d+:")
+Refresh = tuple[str, str, str, str]  # epoch, n, total, postfix
+
+
+@dataclass
+class _Refreshes:
+    found: list[Refresh]  # per refresh kept, in file order
+    lines: list[int]
+    dropped: int  # refreshes left out because the next one repeats them exactly
+
 
 def bulk_tqdm(text: str, redraw: re.Pattern[str], snake: Snake) -> Bulk | None:
-    """NeMo 1 tqdm refreshes (`Epoch E: ... n/N [t<eta, k=v, ...]`) in bulk, or None.
-
-    The progress part is matched with the exact parser's own regex (one C call per refresh); only
-    the `k=v` postfixes, short ASCII text, go through Arrow."""
-    heads: list[tuple[str, str, str]] = []
-    postfixes: list[str] = []
-    numbers: list[int] = []
-    search = TQDM.search
-    for lineno, raw in enumerate(text.split("\n"), 1):
-        if "Epoch" not in raw:
-            continue
-        # plain carriage returns split in C; the pager forms ("^M", "[A") need the regex
-        pieces = raw.split("\r") if "^M" not in raw and "[A" not in raw else redraw.split(raw)
-        for seg in pieces:
-            m = search(seg) if "Epoch" in seg else None
-            if m is not None:
-                heads.append((m.group("epoch"), m.group("n"), m.group("total")))
-                postfixes.append(m.group("postfix"))
-                numbers.append(lineno)
-    if len(heads) < MIN_LINES:
+    """NeMo 1 tqdm refreshes (`Epoch E: ... n/N [t<eta, k=v, ...]`) in bulk, or None."""
+    refreshes = _refreshes(text, redraw, drop_repeats=True)
+    if refreshes is None or len(refreshes.found) + refreshes.dropped < MIN_LINES:
         return None
     try:
-        cols = _tqdm_columns(heads, postfixes, snake)
+        cols = _tqdm_columns(refreshes.found, snake)
+        if refreshes.dropped and np.isnan(cols.get("consumed_samples", np.zeros(1))).any():
+            # a repeat with NaN samples counts as "logged again" (NaN != NaN): keep every repeat
+            refreshes = _refreshes(text, redraw, drop_repeats=False)
+            assert refreshes is not None
+            cols = _tqdm_columns(refreshes.found, snake)
     except (_NoBulk, pa.ArrowException, ValueError, OverflowError):
         return None
-    cols["line"] = np.asarray(numbers, dtype=np.int64)
+    cols["line"] = np.asarray(refreshes.lines, dtype=np.int64)
     return Bulk(pd.DataFrame(cols), [])
 
 
-def _tqdm_columns(heads: list[tuple[str, str, str]], postfixes: list[str], snake: Snake) -> dict[str, np.ndarray]:
-    n = len(heads)
-    epoch, batch, total = zip(*heads, strict=True)
+def _refreshes(text: str, redraw: re.Pattern[str], drop_repeats: bool) -> _Refreshes | None:
+    """Every refresh, or None when one might read differently than TQDM.search reads it."""
+    if "^M" in text or "[A" in text:
+        text = redraw.sub("\r", text)  # the pager's forms of a redraw, as plain carriage returns
+    found: list[Refresh] = []
+    lines: list[int] = []
+    dropped = 0
+    for lineno, line in enumerate(text.split("\n"), 1):
+        if "Epoch" not in line:
+            continue
+        if drop_repeats and "\r" in line:
+            line, skipped = _without_repeats(line)
+            dropped += skipped
+        hits = _REFRESH.findall(line)
+        # Each refresh runs to the end of its segment, so equal counts mean one refresh per
+        # "Epoch E:" and none missed (a bar with "[" before n/total would be): else the exact
+        # parser decides.
+        if len(hits) != line.count("Epoch") and len(hits) != len(_MARKER.findall(line)):
+            return None
+        found += hits
+        lines += [lineno] * len(hits)
+    return _Refreshes(found, lines, dropped)
+
+
+def _without_repeats(line: str) -> tuple[str, int]:
+    """The line without redraws that the next redraw repeats char for char, and how many went.
+
+    Such a redraw is superseded before it is read: the exact parser keeps the last record of a step,
+    and the repeat gives the same record on the same line.  Skipping it here spares the regex its
+    characters (a split, a comparison per redraw and a join, all in C or nearly)."""
+    segments = line.split("\r")
+    kept = [a for a, b in pairwise(segments) if a != b]
+    kept.append(segments[-1])
+    return "\r".join(kept), len(segments) - len(kept)
+
+
+def _tqdm_columns(found: list[Refresh], snake: Snake) -> dict[str, np.ndarray]:
+    n = len(found)
+    epoch, batch, total, postfixes = zip(*found, strict=True)
     if not all(t.isdigit() for t in total):
         raise _NoBulk("unknown totals")
     cols: dict[str, np.ndarray] = {
@@ -223,15 +263,21 @@ def _tqdm_columns(heads: list[tuple[str, str, str]], postfixes: list[str], snake
         raise _NoBulk("postfixes differ")
     per_line = len(pairs) // n
     kv = pc.split_pattern(pairs, pattern="=", max_splits=1)
-    labels = pc.utf8_trim_whitespace(pc.list_element(kv, 0))
-    first = [str(x) for x in labels.slice(0, per_line).to_pylist()]
-    if not pc.all(pc.equal(labels, pa.array(first * n, type=labels.type))).as_py():
-        raise _NoBulk("postfix labels differ between lines")
+    first = _same_labels(pc.utf8_trim_whitespace(pc.list_element(kv, 0)), per_line)
     values = pc.utf8_trim_whitespace(pc.list_element(kv, 1))
     for j, label in enumerate(first):
         cols.update(_column(label, pc.take(values, pa.array(np.arange(n) * per_line + j)), snake))
     cols["step"] = _tqdm_steps(cols)
     return cols
+
+
+def _same_labels(labels: pa.Array, per_line: int) -> list[str]:
+    """The first line's labels; _NoBulk unless every line has the same ones in the same order."""
+    encoded = labels.dictionary_encode()
+    codes = encoded.indices.to_numpy().reshape(-1, per_line)
+    if not (codes == codes[0]).all():
+        raise _NoBulk("postfix labels differ between lines")
+    return [str(x) for x in labels.slice(0, per_line).to_pylist()]
 
 
 def _tqdm_steps(cols: dict[str, np.ndarray]) -> np.ndarray:
