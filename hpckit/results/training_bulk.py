@@ -38,37 +38,76 @@ class _NoBulk(Exception):
 
 def bulk_pipe(text: str, marker: re.Pattern[str], snake: Snake) -> Bulk | None:
     """NeMo 2 / Megatron `head | label: value | ...` step lines in bulk, or None."""
-    lines = text.split("\n")
-    index = [i for i, ln in enumerate(lines) if "iteration" in ln and "|" in ln]
-    if len(index) < MIN_LINES:
+    found = _step_lines_arrow(text, marker) or _step_lines_python(text, marker)
+    if found is None:
         return None
-    step_idx, other = _split_steps(lines, index, marker)
-    if len(step_idx) < MIN_LINES:
-        return None
+    step_lines, linenos, other = found
     try:
-        cols = _columns([lines[i] for i in step_idx], snake)
+        cols = _columns(step_lines, snake)
     except (_NoBulk, pa.ArrowException, ValueError, OverflowError):
         return None
-    cols["line"] = np.asarray(step_idx, dtype=np.int64) + 1
+    cols["line"] = linenos
     return Bulk(pd.DataFrame(cols), other)
 
 
-def _split_steps(
-    lines: list[str], index: list[int], marker: re.Pattern[str]
-) -> tuple[list[int], list[tuple[int, str]]]:
+StepLines = tuple[pa.Array, np.ndarray, list[tuple[int, str]]]  # lines, their numbers, the others
+
+
+def _step_lines_arrow(text: str, marker: re.Pattern[str]) -> StepLines | None:
+    """Step lines picked by Arrow kernels (split, substring and RE2 tests): no Python per line.
+
+    Only for ASCII text and a marker that RE2 reads as Python does (see _re2_ascii)."""
+    pattern = _re2_ascii(marker.pattern) if text.isascii() else None
+    if pattern is None:
+        return None
+    lines = pc.list_flatten(pc.split_pattern(pa.array([text], type=pa.large_string()), pattern="\n"))
+    candidate = pc.and_(pc.match_substring(lines, "iteration"), pc.match_substring(lines, "|"))
+    try:
+        step = pc.and_(candidate, pc.match_substring_regex(lines, pattern))
+    except pa.ArrowInvalid:
+        return None  # RE2 cannot read it after all: Python picks the lines
+    numbers = np.arange(1, len(lines) + 1, dtype=np.int64)
+    if (pc.sum(step).as_py() or 0) < MIN_LINES:
+        return None
+    rest = pc.and_(candidate, pc.invert(step))
+    rest_numbers = numbers[rest.to_numpy(zero_copy_only=False)].tolist()
+    other = list(zip(rest_numbers, pc.filter(lines, rest).to_pylist(), strict=True))
+    return pc.filter(lines, step), numbers[step.to_numpy(zero_copy_only=False)], other
+
+
+def _step_lines_python(text: str, marker: re.Pattern[str]) -> StepLines | None:
+    lines = text.split("\n")
     steps: list[int] = []
     other: list[tuple[int, str]] = []
-    for i in index:
-        if marker.search(lines[i]):
-            steps.append(i)
-        else:
-            other.append((i + 1, lines[i]))
-    return steps, other
+    for i, line in enumerate(lines):
+        if "iteration" in line and "|" in line:
+            if marker.search(line):
+                steps.append(i)
+            else:
+                other.append((i + 1, line))
+    if len(steps) < MIN_LINES:
+        return None
+    picked = pa.array([lines[i] for i in steps], type=pa.large_string())
+    return picked, np.asarray(steps, dtype=np.int64) + 1, other
 
 
-def _columns(step_lines: list[str], snake: Snake) -> dict[str, np.ndarray]:
+# What Python's \s matches in ASCII text (str.isspace: \t-\r and \x1c-\x1f too); RE2's is narrower.
+_SPACE, _NOT_SPACE = r"[\t-\r\x1c- ]", r"[^\t-\r\x1c- ]"
+_RE2_UNSURE = re.compile(r"\(\?<[=!]|\(\?P=|\\\\|\\[ZAG]|\[[^\]]*\\[sS]")
+
+
+def _re2_ascii(pattern: str) -> str | None:
+    """A Python regex as RE2 must be written to match the same on ASCII text, or None when that is
+    not sure (lookbehind, back-references, \\s inside a class ...).  On ASCII text \\d, \\w, \\b and
+    "." already agree; only \\s and \\S need spelling out."""
+    if _RE2_UNSURE.search(pattern):
+        return None
+    return pattern.replace(r"\S", _NOT_SPACE).replace(r"\s", _SPACE)
+
+
+def _columns(step_lines: pa.Array, snake: Snake) -> dict[str, np.ndarray]:
     n = len(step_lines)
-    parts = pc.split_pattern(pa.array(step_lines, type=pa.large_string()), pattern="|")
+    parts = pc.split_pattern(step_lines, pattern="|")
     width = _same_width(parts)
     flat = pc.list_flatten(parts)
     grid = np.arange(n * width).reshape(n, width)
@@ -82,8 +121,11 @@ def _columns(step_lines: list[str], snake: Snake) -> dict[str, np.ndarray]:
             raise _NoBulk("blank pieces on some lines only")
         pairs = pc.filter(pairs, pa.array(keep))
     labels, values = _labels_and_values(pairs, n)
+    per_line = len(labels)
     for j, label in enumerate(labels):
-        cols.update(_column(label, pc.take(values, pa.array(np.arange(n) * len(labels) + j)), snake))
+        # values holds (label, value) pairs flattened: the value of piece j of line i is at 2(i*k+j)+1
+        picked = pc.take(values, pa.array(2 * (np.arange(n) * per_line + j) + 1))
+        cols.update(_column(label, pc.utf8_trim_whitespace(picked), snake))
     return cols
 
 
@@ -95,22 +137,24 @@ def _same_width(parts: pa.Array) -> int:
 
 
 def _labels_and_values(pairs: pa.Array, n: int) -> tuple[list[str], pa.Array]:
-    """The first line's labels, checked on every line; the values in line-major order."""
-    if len(pairs) % n or not pc.all(pc.match_substring(pairs, ":")).as_py():
-        raise _NoBulk("a piece without a label")
+    """The first line's labels, checked on every line; (label, value) of every piece, flattened."""
+    if len(pairs) % n:
+        raise _NoBulk("lines have different numbers of pieces")
     kv = pc.split_pattern(pairs, pattern=":", max_splits=1)
-    labels = pc.utf8_trim_whitespace(pc.list_element(kv, 0))
-    per_line = len(pairs) // n
-    first = labels.slice(0, per_line).to_pylist()
-    if not pc.all(pc.equal(labels, pa.array(first * n, type=labels.type))).as_py():
-        raise _NoBulk("labels differ between lines")
-    return [str(x) for x in first], pc.utf8_trim_whitespace(pc.list_element(kv, 1))
+    if pc.min(pc.list_value_length(kv)).as_py() != 2:
+        raise _NoBulk("a piece without a label")
+    flat = pc.list_flatten(kv)
+    labels = pc.take(flat, pa.array(np.arange(0, len(flat), 2)))
+    return _same_labels(labels, len(pairs) // n), flat
 
 
 def _head_columns(heads: pa.Array) -> dict[str, np.ndarray]:
     """Step-marker fields (step, epoch, total, timestamp) of every line's head."""
     cols: dict[str, np.ndarray] = {}
+    joined = "\n".join(heads.to_pylist())
     for f in STEP_MARKER:
+        if f.pattern.search(joined) is None:
+            continue  # in no head (one C search over them all; an RE2 pass costs a call per head)
         found = pc.struct_field(pc.extract_regex(heads, f.regex.replace("(", "(?P<v>", 1)), [0])
         nulls = found.null_count
         if nulls == len(heads):
@@ -273,11 +317,14 @@ def _tqdm_columns(found: list[Refresh], snake: Snake) -> dict[str, np.ndarray]:
 
 def _same_labels(labels: pa.Array, per_line: int) -> list[str]:
     """The first line's labels; _NoBulk unless every line has the same ones in the same order."""
-    encoded = labels.dictionary_encode()
-    codes = encoded.indices.to_numpy().reshape(-1, per_line)
+    # equal raw labels are equal labels; raw ones that differ may still strip alike, so compare
+    # stripped ones then (the exact parser strips with str.strip, as here for the first line)
+    codes = labels.dictionary_encode().indices.to_numpy().reshape(-1, per_line)
     if not (codes == codes[0]).all():
-        raise _NoBulk("postfix labels differ between lines")
-    return [str(x) for x in labels.slice(0, per_line).to_pylist()]
+        stripped = pc.utf8_trim_whitespace(labels).dictionary_encode().indices.to_numpy().reshape(-1, per_line)
+        if not (stripped == stripped[0]).all():
+            raise _NoBulk("labels differ between lines")
+    return [str(x).strip() for x in labels.slice(0, per_line).to_pylist()]
 
 
 def _tqdm_steps(cols: dict[str, np.ndarray]) -> np.ndarray:
