@@ -112,21 +112,29 @@ def _columns(step_lines: pa.Array, snake: Snake) -> dict[str, np.ndarray]:
     flat = pc.list_flatten(parts)
     grid = np.arange(n * width).reshape(n, width)
     cols = _head_columns(pc.take(flat, pa.array(grid[:, 0])))
-    pairs = pc.take(flat, pa.array(grid[:, 1:].ravel()))
-    # a Megatron line ends with " |": its last piece is empty, on every line alike
-    blank = pc.equal(pc.utf8_trim_whitespace(pairs), "")
-    if pc.any(blank).as_py():
-        keep = ~np.asarray(blank.to_numpy(zero_copy_only=False), dtype=bool)
-        if int(keep.sum()) % n:
-            raise _NoBulk("blank pieces on some lines only")
-        pairs = pc.filter(pairs, pa.array(keep))
-    labels, values = _labels_and_values(pairs, n)
-    per_line = len(labels)
-    for j, label in enumerate(labels):
-        # values holds (label, value) pairs flattened: the value of piece j of line i is at 2(i*k+j)+1
-        picked = pc.take(values, pa.array(2 * (np.arange(n) * per_line + j) + 1))
-        cols.update(_column(label, pc.utf8_trim_whitespace(picked), snake))
+    pieces, starts = _label_value_pieces(pc.take(flat, pa.array(grid[:, 1:].ravel())), n)
+    for j in range(starts.shape[1]):
+        label = _label(pc.take(pieces, pa.array(starts[:, j])))
+        cols.update(_column(label, _strip(pc.take(pieces, pa.array(starts[:, j] + 1))), snake))
     return cols
+
+
+def _label_value_pieces(pairs: pa.Array, n: int) -> tuple[pa.Array, np.ndarray]:
+    """Every `label: value` piece cut at its first ":", flattened (label, value, label, ...), and
+    where the label of piece j of line i sits in that array, as an (n, pieces per line) grid."""
+    kv = pc.split_pattern(pairs, pattern=":", max_splits=1)
+    if pc.min(pc.list_value_length(kv)).as_py() != 2:
+        # a Megatron line ends with " |": its last piece is blank, on every line alike
+        blank = pc.equal(_strip(pairs), "")
+        keep = ~np.asarray(blank.to_numpy(zero_copy_only=False), dtype=bool)
+        per_line = keep.reshape(n, -1).sum(axis=1)
+        if (per_line != per_line[0]).any():
+            raise _NoBulk("blank pieces on some lines only")
+        kv = pc.split_pattern(pc.filter(pairs, pa.array(keep)), pattern=":", max_splits=1)
+        if pc.min(pc.list_value_length(kv)).as_py() != 2:
+            raise _NoBulk("a piece without a label")
+    starts = np.asarray(kv.offsets)[:-1]
+    return pc.list_flatten(kv), starts.reshape(n, len(starts) // n)
 
 
 def _same_width(parts: pa.Array) -> int:
@@ -136,16 +144,23 @@ def _same_width(parts: pa.Array) -> int:
     return int(hi)
 
 
-def _labels_and_values(pairs: pa.Array, n: int) -> tuple[list[str], pa.Array]:
-    """The first line's labels, checked on every line; (label, value) of every piece, flattened."""
-    if len(pairs) % n:
-        raise _NoBulk("lines have different numbers of pieces")
-    kv = pc.split_pattern(pairs, pattern=":", max_splits=1)
-    if pc.min(pc.list_value_length(kv)).as_py() != 2:
-        raise _NoBulk("a piece without a label")
-    flat = pc.list_flatten(kv)
-    labels = pc.take(flat, pa.array(np.arange(0, len(flat), 2)))
-    return _same_labels(labels, len(pairs) // n), flat
+def _label(labels: pa.Array) -> str:
+    """The label of one piece position, the same on every line (as str.strip leaves it)."""
+    first = str(labels[0].as_py())
+    same = pc.all(pc.equal(labels, first)).as_py()
+    # raw labels that differ may still strip alike
+    if not same and not pc.all(pc.equal(_strip(labels), first.strip())).as_py():
+        raise _NoBulk("labels differ between lines")
+    return first.strip()
+
+
+# Exactly the characters str.strip() removes (str.isspace), so that Arrow trims as the exact parser.
+PY_WHITESPACE = "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B)))
+PY_WHITESPACE += "\u2028\u2029\u202f\u205f\u3000"
+
+
+def _strip(values: pa.Array) -> pa.Array:
+    return pc.utf8_trim(values, characters=PY_WHITESPACE)
 
 
 def _head_columns(heads: pa.Array) -> dict[str, np.ndarray]:
@@ -301,30 +316,21 @@ def _tqdm_columns(found: list[Refresh], snake: Snake) -> dict[str, np.ndarray]:
         "batch": np.asarray(batch, dtype=np.int64),
         "total_steps": np.asarray(total, dtype=np.int64),
     }
-    pieces = pc.list_flatten(pc.split_pattern(pa.array(postfixes, type=pa.large_string()), pattern=","))
-    pairs = pc.filter(pieces, pc.match_substring(pieces, "="))
-    if len(pairs) % n:
+    split = pc.split_pattern(pa.array(postfixes, type=pa.large_string()), pattern=",")
+    pieces = pc.list_flatten(split)
+    has_value = np.asarray(pc.match_substring(pieces, "=").to_numpy(zero_copy_only=False), dtype=bool)
+    # the same number of k=v items on every line, or the grid below would mix lines
+    per_line = np.add.reduceat(has_value, np.asarray(split.offsets)[:-1]) if len(pieces) else np.zeros(n)
+    if (per_line != per_line[0]).any() or not per_line[0]:
         raise _NoBulk("postfixes differ")
-    per_line = len(pairs) // n
-    kv = pc.split_pattern(pairs, pattern="=", max_splits=1)
-    first = _same_labels(pc.utf8_trim_whitespace(pc.list_element(kv, 0)), per_line)
-    values = pc.utf8_trim_whitespace(pc.list_element(kv, 1))
-    for j, label in enumerate(first):
-        cols.update(_column(label, pc.take(values, pa.array(np.arange(n) * per_line + j)), snake))
+    kv = pc.split_pattern(pc.filter(pieces, pa.array(has_value)), pattern="=", max_splits=1)
+    flat = pc.list_flatten(kv)
+    starts = np.asarray(kv.offsets)[:-1].reshape(n, int(per_line[0]))
+    for j in range(starts.shape[1]):
+        label = _label(pc.take(flat, pa.array(starts[:, j])))
+        cols.update(_column(label, _strip(pc.take(flat, pa.array(starts[:, j] + 1))), snake))
     cols["step"] = _tqdm_steps(cols)
     return cols
-
-
-def _same_labels(labels: pa.Array, per_line: int) -> list[str]:
-    """The first line's labels; _NoBulk unless every line has the same ones in the same order."""
-    # equal raw labels are equal labels; raw ones that differ may still strip alike, so compare
-    # stripped ones then (the exact parser strips with str.strip, as here for the first line)
-    codes = labels.dictionary_encode().indices.to_numpy().reshape(-1, per_line)
-    if not (codes == codes[0]).all():
-        stripped = pc.utf8_trim_whitespace(labels).dictionary_encode().indices.to_numpy().reshape(-1, per_line)
-        if not (stripped == stripped[0]).all():
-            raise _NoBulk("labels differ between lines")
-    return [str(x).strip() for x in labels.slice(0, per_line).to_pylist()]
 
 
 def _tqdm_steps(cols: dict[str, np.ndarray]) -> np.ndarray:
