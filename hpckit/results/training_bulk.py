@@ -309,12 +309,11 @@ def _without_repeats(line: str) -> tuple[str, int]:
 def _tqdm_columns(found: list[Refresh], snake: Snake) -> dict[str, np.ndarray]:
     n = len(found)
     epoch, batch, total, postfixes = zip(*found, strict=True)
-    if not all(t.isdigit() for t in total):
-        raise _NoBulk("unknown totals")
+    # parsed by Arrow's cast; a "?" total (or a digit Arrow does not read) fails it: exact parser
     cols: dict[str, np.ndarray] = {
-        "epoch": np.asarray(epoch, dtype=np.int64),
-        "batch": np.asarray(batch, dtype=np.int64),
-        "total_steps": np.asarray(total, dtype=np.int64),
+        "epoch": _ints(pa.array(epoch, type=pa.string())),
+        "batch": _ints(pa.array(batch, type=pa.string())),
+        "total_steps": _ints(pa.array(total, type=pa.string())),
     }
     split = pc.split_pattern(pa.array(postfixes, type=pa.large_string()), pattern=",")
     pieces = pc.list_flatten(split)
