@@ -113,8 +113,8 @@ def scan(text: str, source: str) -> Scan:
         elif kind == "devices":
             _devices(sc, m.group("devices"), lineno)
         else:
-            line, tag = strip_prefix(m.group("hash"))
-            _header_line(sc, line.strip(), lineno, tag)
+            line, tag = _unprefixed(m.group("hash"))
+            _header_line(sc, line, lineno, tag)
     _versions_and_binaries(sc, text)
     return sc
 
@@ -156,6 +156,13 @@ def _devices(sc: Scan, block: str, lineno: int) -> None:
 
 
 # ---------------------------------------------------------------- header lines
+
+
+@lru_cache(maxsize=4096)
+def _unprefixed(raw: str) -> tuple[str, int]:
+    """A `#` line without its launcher prefix and blanks, and its rank tag (cached as below)."""
+    line, tag = strip_prefix(raw)
+    return line.strip(), tag
 
 
 @lru_cache(maxsize=4096)

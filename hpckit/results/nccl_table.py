@@ -149,8 +149,6 @@ def _for_reader(text: str) -> str:
     return _stripped(text)
 
 
-
-
 # ---------------------------------------------------------------- bulk path (pandas C reader)
 
 

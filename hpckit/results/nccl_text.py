@@ -10,7 +10,7 @@ import pandas as pd
 from hpckit.results.lines import excerpt, split_lines
 from hpckit.results.model import ParseError, ParseResult
 from hpckit.results.nccl_fields import UNITS, collective_of
-from hpckit.results.nccl_scan import Run, Scan, scan
+from hpckit.results.nccl_scan import Chunk, Run, Scan, scan
 from hpckit.results.nccl_table import Block, Column, Schema, default_schema, parse_rows
 
 KIND = "nccl-tests"
@@ -96,13 +96,23 @@ def _frame(sc: Scan) -> tuple[pd.DataFrame, bool]:
     for schema, runs in groups.values():
         chunks = [(run.index, c) for run in runs for c in run.chunks]
         text = "\n".join(c.text for _, c in chunks)
-        linenos = np.concatenate([np.arange(c.first_line, c.first_line + c.rows) for _, c in chunks])
-        owner = np.repeat(np.asarray([i for i, _ in chunks], dtype=np.int64), [c.rows for _, c in chunks])
+        linenos, owner = _numbering(chunks)
         block = parse_rows(schema, text, linenos)
         if block.bad:
             partial |= _bad_rows(sc, block, dict(zip(linenos.tolist(), owner.tolist(), strict=True)))
         parts.append(_melt(block, schema, owner[block.index]))
     return _concat(parts), partial
+
+
+def _numbering(chunks: list[tuple[int, Chunk]]) -> tuple[np.ndarray, np.ndarray]:
+    """(line number, run index) of every row of the chunks, built whole: thousands of short runs
+    would otherwise cost one small array each."""
+    counts = np.asarray([c.rows for _, c in chunks], dtype=np.int64)
+    firsts = np.asarray([c.first_line for _, c in chunks], dtype=np.int64)
+    ahead = np.cumsum(counts) - counts  # rows before each chunk
+    linenos = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(firsts - ahead, counts)
+    owner = np.repeat(np.asarray([i for i, _ in chunks], dtype=np.int64), counts)
+    return linenos, owner
 
 
 def _bad_rows(sc: Scan, block: Block, run_of_line: dict[int, int]) -> bool:
