@@ -27,7 +27,12 @@ _NUMBER_FIRST = r"[ \t]*\d[\d.eE+-]*[ \t]"
 _ROW = rf"(?:{_NUMBER_FIRST}|{_PREFIX}{_NUMBER_FIRST}).*"
 _DEVICE = _P + r"[ \t]*#[ \t]*Rank[ \t].*"
 _HASH = _P + r"[ \t]*#[ \t]*(?:nThread|nccl-tests|Collective|size\b|Out of|Avg|Writing|error:|GPU memory).*"
-SCAN = re.compile(rf"\n(?:(?P<rows>{_ROW}(?:\n{_ROW})*)|(?P<devices>{_DEVICE}(?:\n{_DEVICE})*)|(?P<hash>{_HASH}))")
+# The lookahead is what every alternative needs (after a prefix: a digit or "#"): most noise lines
+# (NCCL INFO, tagged or not) fail it once instead of failing each alternative in turn.
+_GATE = rf"(?={_P}[ \t]*[#\d])"
+SCAN = re.compile(
+    rf"\n{_GATE}(?:(?P<rows>{_ROW}(?:\n{_ROW})*)|(?P<devices>{_DEVICE}(?:\n{_DEVICE})*)|(?P<hash>{_HASH}))"
+)
 _STARTERS = frozenset({"version", "start", "params"})
 _FOOTERS = frozenset({"oob", "avg", "end"})
 _RANK0 = re.compile(r"#\s*Rank\s+0\b")
