@@ -156,8 +156,17 @@ def _rows(sc: Scan, block: str, lineno: int) -> None:
 
 
 def _devices(sc: Scan, block: str, lineno: int) -> None:
-    for tag, first, text in _split_by_tag(block, lineno):
-        sc.run_for(tag, first).device_lines.extend(line.strip() for line in text.split("\n"))
+    for tag, offset, lines in _device_stretches(block):
+        sc.run_for(tag, lineno + offset).device_lines.extend(lines)
+
+
+@lru_cache(maxsize=1024)
+def _device_stretches(block: str) -> tuple[tuple[int, int, tuple[str, ...]], ...]:
+    """(tag, line offset, stripped lines) per stretch of a device block: runs on the same nodes
+    print the same block, so each distinct one is cut once."""
+    return tuple(
+        (tag, first, tuple(line.strip() for line in text.split("\n"))) for tag, first, text in _split_by_tag(block, 0)
+    )
 
 
 # ---------------------------------------------------------------- header lines
