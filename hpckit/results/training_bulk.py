@@ -1,11 +1,13 @@
-"""Bulk path for long training logs: the same figures as the line-by-line parser, read in C++.
+"""Bulk path for long training logs: the same figures as the line-by-line parser, read in C/C++.
 
-A long log repeats one line layout thousands of times.  The step lines go into one Arrow string
-array and are cut with Arrow's vectorised string kernels (split on "|", then on the first ":");
-the declarative field tables still decide names, units and conversions.  When the lines do not all
-share the first line's labels in the same order, or a value does not convert, this returns None and
-the exact line-by-line parser runs instead, so the two always agree.
-"""
+A long log repeats one line layout thousands of times.  NeMo 2 / Megatron: the step lines are
+picked by Arrow kernels (split on newlines, substring tests, the marker regex in RE2 when it reads
+as Python's does) and cut with Arrow's string kernels (split on "|", then on the first ":").
+NeMo 1: redraws repeated char for char are dropped first, then one Python findall per line reads
+every refresh; only the `k=v` postfixes go through Arrow.  The declarative field tables still
+decide names, units and conversions.  When the lines do not all share the first line's labels in
+the same order, a value does not convert, or a refresh might read differently, this returns None
+and the exact line-by-line parser runs instead, so the two always agree."""
 
 from __future__ import annotations
 
