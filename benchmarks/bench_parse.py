@@ -6,7 +6,7 @@ refreshes), parses them with hpckit.results, writes the parsed rows as CSV and t
 pandas.read_csv on that CSV.  Prints MB/s and rows/s for both and the ratios; appends a section to
 benchmarks/RESULTS.md unless --no-record.
 
-    /root/venv/bin/python benchmarks/bench_parse.py [--size-mb 100] [--repeat 3] [--no-record]
+    /root/venv/bin/python benchmarks/bench_parse.py [--size-mb 100] [--repeat 5] [--no-record]
 
 Target: parser MB/s >= 0.5 x read_csv MB/s.
 """
@@ -258,7 +258,7 @@ Timings swing 2-3x on a shared machine; the back-to-back pairs are the fairer fi
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size-mb", type=float, default=100.0, help="log size per family (default 100)")
-    ap.add_argument("--repeat", type=int, default=3, help="runs per measurement; the best counts")
+    ap.add_argument("--repeat", type=int, default=5, help="back-to-back pairs per log; best and median count")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--no-record", action="store_true", help="do not append to benchmarks/RESULTS.md")
     args = ap.parse_args()
