@@ -341,3 +341,24 @@ def test_bulk_reader_falls_back_on_a_short_row() -> None:
     rows = [good] * 40 + [good.rsplit(" ", 1)[0]]
     block = nccl_table.parse_rows(schema, "\n".join(rows), np.arange(1, 42))
     assert [b[0] for b in block.bad] == [41] and len(block.lines) == 40
+
+
+@pytest.mark.parametrize("pad", [" ", "  ", "      ", "\t", " \r"])
+def test_bulk_and_exact_readers_agree_on_padded_rows(pad: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = (DATA / "all_reduce-modern-2node-16gpu-h100-a3mega-full-sweep.txt").read_text().split("\n")
+    text = "\n".join(ln + pad if ln.lstrip()[:1].isdigit() else ln for ln in lines)
+    monkeypatch.setattr(nccl_table, "FAST_MIN_ROWS", 1)
+    bulk = parse_text(text, "nccl-tests")
+    monkeypatch.setattr(nccl_table, "FAST_MIN_ROWS", 10**9)
+    exact = parse_text(text, "nccl-tests")
+    pd.testing.assert_frame_equal(bulk.frame, exact.frame)
+    assert len(bulk.frame) == len(parse_text("\n".join(lines), "nccl-tests").frame)
+
+
+def test_a_bad_padded_row_is_reported_as_printed() -> None:
+    lines = (DATA / "all_reduce-modern-2node-16gpu-h100-a3mega-full-sweep.txt").read_text().split("\n")
+    lines = [ln + "  " if ln.lstrip()[:1].isdigit() else ln for ln in lines]
+    lines[28] = lines[28].replace("123.6", "12x.6")
+    with pytest.raises(ParseError) as exc:
+        parse_text("\n".join(lines), "nccl-tests", source="bad.txt")
+    assert exc.value.lineno == 29 and exc.value.line.startswith("256") and "12x.6" in exc.value.line

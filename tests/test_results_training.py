@@ -184,3 +184,101 @@ def test_bulk_path_steps_aside_for_a_second_layout() -> None:
     odd = text.replace("| lr:", "| learning rate:", 1)  # one line of another layout
     assert training_bulk.bulk_pipe(odd, NEMO2_LINE, str.lower) is None
     assert len(parse_text(odd, "nemo2").frame) == 400
+
+
+# ---------------------------------------------------------------- the fast paths pick what the exact parser reads
+
+B200 = "nemo2-b200-llama3-8b-pretrain-iterations-45-49.txt"
+A3MEGA = "nemo1-a3mega-llama2-7b-log-tail.txt"
+
+
+def _exact(text: str, kind: str, monkeypatch: pytest.MonkeyPatch) -> tuple[object, ...]:
+    with monkeypatch.context() as m:
+        m.setattr(training_bulk, "MIN_LINES", 10**9)
+        r = parse_text(text, kind)
+    return r.frame, r.warnings, r.partial, r.meta
+
+
+def _same(text: str, kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    fast = parse_text(text, kind)
+    frame, warnings, partial, meta = _exact(text, kind, monkeypatch)
+    pd.testing.assert_frame_equal(fast.frame, frame)  # type: ignore[arg-type]
+    assert (fast.warnings, fast.partial, fast.meta) == (warnings, partial, meta)
+
+
+def test_python_whitespace_is_what_str_strip_removes() -> None:
+    assert set(training_bulk.PY_WHITESPACE) == {chr(c) for c in range(0x110000) if chr(c).isspace()}
+
+
+def test_re2_spelling_of_markers() -> None:
+    assert training_bulk._re2_ascii(NEMO2_LINE.pattern) is not None
+    assert training_bulk._re2_ascii(MEGATRON_LINE.pattern) is None  # a lookbehind: Python picks the lines
+    assert training_bulk._re2_ascii(r"[\s]x") is None
+
+
+@pytest.mark.parametrize("blank", [" ", "\t", "\x0b", "\x0c", "\x1c", "\x1f", "  \x1e "])
+def test_arrow_and_python_pick_the_same_step_lines(blank: str) -> None:
+    text = _stretch((DATA / B200).read_text(), r"(iteration\s+)(\d+)")
+    lines = text.split("\n")
+    lines[7] = lines[7].replace("iteration ", f"iteration{blank}", 1)  # Python's \s, not RE2's
+    lines[9] = lines[9].replace("epoch 0", f"epoch{blank}0", 1)
+    lines.insert(3, "| iteration 5/9 | not a step line")
+    odd = "\n".join(lines)
+    arrow = training_bulk._step_lines_arrow(odd, NEMO2_LINE)
+    python = training_bulk._step_lines_python(odd, NEMO2_LINE)
+    assert arrow is not None and python is not None
+    assert arrow[0].to_pylist() == python[0].to_pylist()
+    assert arrow[1].tolist() == python[1].tolist() and arrow[2] == python[2]
+
+
+def test_nemo2_labels_with_other_blanks_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = _stretch((DATA / B200).read_text(), r"(iteration\s+)(\d+)")
+    lines = text.split("\n")
+    lines[5] = lines[5].replace("| lr:", "|\x1clr \t:", 1)  # strips to the same label
+    lines[6] = lines[6].replace("| global_step: ", "| global_step:\xa0", 1)  # and the same value
+    _same("\n".join(lines), "nemo2", monkeypatch)
+
+
+def _tqdm_log(refresh: str, steps: int, redraws: int) -> str:
+    """`redraws` copies of each step's refresh, carriage-return separated, a newline every 50 steps."""
+    out = []
+    for k in range(steps):
+        one = re.sub(r"global_step=[\d.]+", f"global_step={k}.0", refresh)
+        one = re.sub(r"consumed_samples=[\d.]+", f"consumed_samples={2048 * (k + 1)}.0", one)
+        out.append("\r".join([one] * redraws) + ("\n" if k % 50 == 49 else "\r"))
+    return "".join(out)
+
+
+def _a3mega_refresh() -> str:
+    return next(ln for ln in (DATA / A3MEGA).read_text().split("\n") if "Epoch" in ln)
+
+
+@pytest.mark.parametrize("redraws", [1, 2, 3])
+def test_nemo1_repeated_redraws_read_as_the_exact_parser(redraws: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = _tqdm_log(_a3mega_refresh(), 200, redraws)
+    assert training_bulk.bulk_tqdm(text, REDRAW, str.lower) is not None
+    _same(text, "nemo1", monkeypatch)
+
+
+def test_nemo1_repeats_with_nan_samples_still_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = _tqdm_log(_a3mega_refresh(), 100, 2).replace("consumed_samples=2048.0", "consumed_samples=nan")
+    _same(text, "nemo1", monkeypatch)
+    assert any("logged again" in w for w in parse_text(text, "nemo1").warnings)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        (":  47%", ": [x] 47%"),  # a "[" before n/total: TQDM's lazy scan goes past it
+        ("49.50]", "49.50] Epoch 1: 3/4 [a=1]"),  # a second bar in the same refresh
+        ("reduced_train_loss=11.50, ", ""),  # one refresh with fewer items
+        ("7/15", "7/?"),  # unknown total
+        ("global_step=", "global_step ="),  # a label that strips alike
+    ],
+)
+def test_nemo1_odd_refresh_agrees_with_exact(change: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    refresh = _a3mega_refresh()
+    text = _tqdm_log(refresh, 120, 2)
+    at = text.index("\n") + 1
+    text = text[:at] + refresh.replace(*change) + "\r" + text[at:]
+    _same(text, "nemo1", monkeypatch)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from hpckit.results.model import Field, Value, extract
 
@@ -148,6 +149,7 @@ KNOWN_COLLECTIVES = frozenset(
 )
 
 
+@lru_cache(maxsize=1024)  # a log of many runs names the same few binaries
 def collective_of(binary: str) -> str | None:
     """all_reduce_perf_mpi -> all_reduce; None for a name that is not an nccl-tests binary."""
     name = binary.rsplit("/", 1)[-1]

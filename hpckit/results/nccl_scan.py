@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from hpckit.results.lines import PREFIX_RE, excerpt, strip_prefix
 from hpckit.results.model import Value
-from hpckit.results.nccl_fields import BINARY, NCCL_VERSION, classify_header
+from hpckit.results.nccl_fields import BINARY, NCCL_VERSION, LineRule, classify_header
 from hpckit.results.nccl_table import Schema, schema_from_header
 
 # launcher prefix (see lines.PREFIX_RE), row, device line and the `#` lines worth reading
@@ -21,10 +22,17 @@ _PREFIX = r"(?:\[\d+,\d+\]<std(?:out|err)>:|\[default\d+\]:|[ \t]*\d+:[ \t]?)"
 _P = _PREFIX + "?"
 # a row without a prefix is tried first: it is by far the most common line worth reading
 _NUMBER_FIRST = r"[ \t]*\d[\d.eE+-]*[ \t]"
-_ROW = rf"(?:{_NUMBER_FIRST}|{_PREFIX}{_NUMBER_FIRST})[^\n]*"
-_DEVICE = _P + r"[ \t]*#[ \t]*Rank[ \t][^\n]*"
-_HASH = _P + r"[ \t]*#[ \t]*(?:nThread|nccl-tests|Collective|size\b|Out of|Avg|Writing|error:|GPU memory)[^\n]*"
-SCAN = re.compile(rf"\n(?:(?P<rows>{_ROW}(?:\n{_ROW})*)|(?P<devices>{_DEVICE}(?:\n{_DEVICE})*)|(?P<hash>{_HASH}))")
+# ".*" rather than "[^\n]*": the same lines (no DOTALL), but the regex engine runs to the end of
+# a line without testing a character set at every character
+_ROW = rf"(?:{_NUMBER_FIRST}|{_PREFIX}{_NUMBER_FIRST}).*"
+_DEVICE = _P + r"[ \t]*#[ \t]*Rank[ \t].*"
+_HASH = _P + r"[ \t]*#[ \t]*(?:nThread|nccl-tests|Collective|size\b|Out of|Avg|Writing|error:|GPU memory).*"
+# The lookahead is what every alternative needs (after a prefix: a digit or "#"): most noise lines
+# (NCCL INFO, tagged or not) fail it once instead of failing each alternative in turn.
+_GATE = rf"(?={_P}[ \t]*[#\d])"
+SCAN = re.compile(
+    rf"\n{_GATE}(?:(?P<rows>{_ROW}(?:\n{_ROW})*)|(?P<devices>{_DEVICE}(?:\n{_DEVICE})*)|(?P<hash>{_HASH}))"
+)
 _STARTERS = frozenset({"version", "start", "params"})
 _FOOTERS = frozenset({"oob", "avg", "end"})
 _RANK0 = re.compile(r"#\s*Rank\s+0\b")
@@ -110,8 +118,8 @@ def scan(text: str, source: str) -> Scan:
         elif kind == "devices":
             _devices(sc, m.group("devices"), lineno)
         else:
-            line, tag = strip_prefix(m.group("hash"))
-            _header_line(sc, line.strip(), lineno, tag)
+            line, tag = _unprefixed(m.group("hash"))
+            _header_line(sc, line, lineno, tag)
     _versions_and_binaries(sc, text)
     return sc
 
@@ -148,19 +156,42 @@ def _rows(sc: Scan, block: str, lineno: int) -> None:
 
 
 def _devices(sc: Scan, block: str, lineno: int) -> None:
-    for tag, first, text in _split_by_tag(block, lineno):
-        sc.run_for(tag, first).device_lines.extend(line.strip() for line in text.split("\n"))
+    for tag, offset, lines in _device_stretches(block):
+        sc.run_for(tag, lineno + offset).device_lines.extend(lines)
+
+
+@lru_cache(maxsize=1024)
+def _device_stretches(block: str) -> tuple[tuple[int, int, tuple[str, ...]], ...]:
+    """(tag, line offset, stripped lines) per stretch of a device block: runs on the same nodes
+    print the same block, so each distinct one is cut once."""
+    return tuple(
+        (tag, first, tuple(line.strip() for line in text.split("\n"))) for tag, first, text in _split_by_tag(block, 0)
+    )
 
 
 # ---------------------------------------------------------------- header lines
 
 
+@lru_cache(maxsize=4096)
+def _unprefixed(raw: str) -> tuple[str, int]:
+    """A `#` line without its launcher prefix and blanks, and its rank tag (cached as below)."""
+    line, tag = strip_prefix(raw)
+    return line.strip(), tag
+
+
+@lru_cache(maxsize=4096)
+def _classified(line: str) -> tuple[LineRule | None, tuple[tuple[str, Value], ...]]:
+    """Kind and values of a `#` line.  Logs of many runs print the same header lines again and
+    again (params, versions, out-of-bounds footers): each distinct line is read once."""
+    rule = classify_header(line)
+    return rule, (() if rule is None else tuple(rule.extract(line).items()))
+
+
 def _header_line(sc: Scan, s: str, lineno: int, tag: int) -> None:
-    rule = classify_header(s)
+    rule, values = _classified(s)
     if rule is None:
         _maybe_columns(sc, s, lineno, tag)
         return
-    values = rule.extract(s)
     event = rule.event
     run = sc.current.get(tag)
     if event in _STARTERS and (run is None or run.starts_anew(event)):

@@ -10,7 +10,7 @@ import pandas as pd
 from hpckit.results.lines import excerpt, split_lines
 from hpckit.results.model import ParseError, ParseResult
 from hpckit.results.nccl_fields import UNITS, collective_of
-from hpckit.results.nccl_scan import Run, Scan, scan
+from hpckit.results.nccl_scan import Chunk, Run, Scan, scan
 from hpckit.results.nccl_table import Block, Column, Schema, default_schema, parse_rows
 
 KIND = "nccl-tests"
@@ -96,13 +96,23 @@ def _frame(sc: Scan) -> tuple[pd.DataFrame, bool]:
     for schema, runs in groups.values():
         chunks = [(run.index, c) for run in runs for c in run.chunks]
         text = "\n".join(c.text for _, c in chunks)
-        linenos = np.concatenate([np.arange(c.first_line, c.first_line + c.rows) for _, c in chunks])
-        owner = np.repeat(np.asarray([i for i, _ in chunks], dtype=np.int64), [c.rows for _, c in chunks])
+        linenos, owner = _numbering(chunks)
         block = parse_rows(schema, text, linenos)
         if block.bad:
             partial |= _bad_rows(sc, block, dict(zip(linenos.tolist(), owner.tolist(), strict=True)))
         parts.append(_melt(block, schema, owner[block.index]))
     return _concat(parts), partial
+
+
+def _numbering(chunks: list[tuple[int, Chunk]]) -> tuple[np.ndarray, np.ndarray]:
+    """(line number, run index) of every row of the chunks, built whole: thousands of short runs
+    would otherwise cost one small array each."""
+    counts = np.asarray([c.rows for _, c in chunks], dtype=np.int64)
+    firsts = np.asarray([c.first_line for _, c in chunks], dtype=np.int64)
+    ahead = np.cumsum(counts) - counts  # rows before each chunk
+    linenos = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(firsts - ahead, counts)
+    owner = np.repeat(np.asarray([i for i, _ in chunks], dtype=np.int64), counts)
+    return linenos, owner
 
 
 def _bad_rows(sc: Scan, block: Block, run_of_line: dict[int, int]) -> bool:
@@ -148,7 +158,7 @@ def _repeat(values: Column, p: int, keep: np.ndarray, name: str) -> Column:
     kept = int(keep.sum())
     text = name in _TEXT_KEYS or isinstance(values, list | pd.Categorical)
     if values is None:  # legacy tables have no root column
-        return pd.Categorical([None] * kept) if text else np.full(kept, np.nan)
+        return _missing_text(kept) if text else np.full(kept, np.nan)
     if text:
         cat = values if isinstance(values, pd.Categorical) else pd.Categorical(values)
         return pd.Categorical.from_codes(np.repeat(cat.codes, p)[keep], categories=cat.categories)
@@ -157,10 +167,15 @@ def _repeat(values: Column, p: int, keep: np.ndarray, name: str) -> Column:
     return kept_values
 
 
+def _missing_text(n: int) -> Column:
+    """n missing text values, built from codes (a list of n Nones is slow to infer)."""
+    return pd.Categorical.from_codes(np.full(n, -1, dtype=np.int8), categories=pd.Categorical([None]).categories)
+
+
 def _filler(n: int, like: Column) -> Column:
     """What a column holds for rows of a layout that lacks it (timestamps, per-iteration stats)."""
     if isinstance(like, pd.Categorical):
-        return pd.Categorical([None] * n)
+        return _missing_text(n)
     if like.dtype.kind == "M":
         return np.full(n, np.datetime64("NaT"), dtype=like.dtype)
     return np.full(n, np.nan)
@@ -190,11 +205,20 @@ def _concat(parts: list[dict[str, Column]]) -> pd.DataFrame:
     cols.setdefault("wrong", np.full(n, np.nan))
     front = [c for c in FRAME_COLUMNS if c in cols]
     order = [*front, *(c for c in cols if c not in front and c != "line"), "line"]
-    frame = pd.DataFrame({c: cols[c] for c in order})
-    sort = np.lexsort((frame["line"].to_numpy(), frame["run"].to_numpy()))
+    sort = np.lexsort((np.asarray(cols["line"]), np.asarray(cols["run"])))
     if not np.array_equal(sort, np.arange(n)):
-        frame = frame.iloc[sort].reset_index(drop=True)
-    return frame
+        # layouts were read apart: back to file order, column by column before the frame exists
+        # (cheaper than reordering the frame's consolidated blocks)
+        cols = {c: _take(v, sort) for c, v in cols.items()}
+    return pd.DataFrame({c: cols[c] for c in order})
+
+
+def _take(values: object, order: np.ndarray) -> object:
+    if isinstance(values, pd.Categorical):
+        return pd.Categorical.from_codes(values.codes[order], dtype=values.dtype)
+    if isinstance(values, np.ndarray):
+        return values[order]
+    return values.take(order)  # type: ignore[attr-defined]  # pandas extension arrays (Int64)
 
 
 # ---------------------------------------------------------------- meta, collective, run checks
@@ -234,7 +258,8 @@ def _devices_meta(sc: Scan, main: Run, meta: dict[str, object]) -> None:
     devices = with_devices.devices()
     meta["devices"] = devices
     meta["ranks"] = len({d.get("rank") for d in devices})
-    every = "\n".join(line for r in sc.runs for line in r.device_lines)
+    # runs on the same nodes print the same device lines: search each distinct line once
+    every = "\n".join(dict.fromkeys(line for r in sc.runs for line in r.device_lines))
     meta["hosts"] = sorted(set(_HOST.findall(every)))
 
 
