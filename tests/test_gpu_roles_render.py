@@ -47,12 +47,21 @@ def _load(path: Path) -> dict[str, Any]:
 
 
 def _resolve(values: Mapping[str, Any], context: dict[str, Any]) -> dict[str, Any]:
-    """Template the string values that hold Jinja expressions, as Ansible does lazily."""
-    out = {}
-    for key, value in values.items():
-        if isinstance(value, str) and "{{" in value:
-            value = NATIVE.from_string(value).render(context)
-        out[key] = value
+    """Template the string values that hold Jinja expressions, as Ansible does lazily: a value that names
+    another one of ``values`` is resolved once that one is; one that needs what only a run has (a probe's
+    output) stays a template."""
+    out = dict(values)
+    pending = [k for k, v in values.items() if isinstance(v, str) and ("{{" in v or "{%" in v)]
+    for _ in range(len(pending) + 1):
+        left = []
+        for key in pending:
+            try:
+                out[key] = NATIVE.from_string(out[key]).render({**context, **out})
+            except jinja2.UndefinedError:
+                left.append(key)
+        if len(left) == len(pending):
+            break
+        pending = left
     return out
 
 
@@ -122,7 +131,7 @@ def bp() -> Blueprint:
 
 
 def gres(bp: Blueprint, host: str, nvml: bool = False) -> str:
-    ctx = context(bp, host, "nvidia")
+    ctx = context(bp, host, "nvidia", nvidia_probe={"stdout_lines": []})  # what a fresh node's inspection reads
     ctx.update(nvidia_gpu_count=int(ctx["hpckit_gpu_count"]), nvidia_gres_nvml=nvml)
     return render("nvidia", "gres.conf.j2", ctx)
 
@@ -157,12 +166,14 @@ def test_the_nvidia_role_only_reads_the_gpus() -> None:
         text = tasks_file.read_text()
         for entry in yaml.safe_load(text):
             for item in [entry, *entry.get("block", [])]:
-                argv = (item.get("ansible.builtin.command") or {}).get("argv") or []
-                if argv and argv[0] == "nvidia-smi":
-                    calls.append(argv)
-                assert "ansible.builtin.shell" not in item, item.get("name")
-        assert "nvidia-smi -" not in text
-    assert calls and all(arg.startswith(("--query-gpu=", "--format=")) for argv in calls for arg in argv[1:])
+                assert "ansible.builtin.shell" not in item and "ansible.builtin.command" not in item, item.get("name")
+                script = item.get("ansible.builtin.raw") or ""
+                calls += [line.split() for line in script.splitlines() if "nvidia-smi" in line]
+    assert calls
+    for line in calls:
+        at = next(i for i, word in enumerate(line) if word.endswith("nvidia-smi"))
+        args = line[at + 1 :]
+        assert [a.split("=")[0] for a in args[:2]] == ["--query-gpu", "--format"], line
 
 
 # --- infiniband --------------------------------------------------------------------------------------------------
