@@ -13,11 +13,12 @@ import jinja2
 import pytest
 import yaml
 from ansible.plugins.filter.core import FilterModule as CoreFilters
+from ansible.plugins.test.core import TestModule as CoreTests
 from jinja2.nativetypes import NativeEnvironment
 
 from hpckit.blueprint import Blueprint, load_blueprint
-from hpckit.deploy.gpu_vars import gpu_extravars, gpu_host_vars
-from hpckit.deploy.inventory import SshAccess, build_extravars, build_inventory
+from hpckit.deploy.inventory import SshAccess, build_extravars
+from hpckit.deploy.playvars import build_vars
 
 REPO = Path(__file__).resolve().parent.parent
 ROLES = REPO / "ansible" / "roles"
@@ -40,6 +41,7 @@ TEXT = jinja2.Environment(trim_blocks=True, keep_trailing_newline=True, undefine
 TEXT.filters.update(_filters())
 NATIVE = NativeEnvironment(undefined=jinja2.StrictUndefined)
 NATIVE.filters.update(_filters())
+NATIVE.tests.update(CoreTests().tests())  # the role vars use Ansible's tests (match, skipped)
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -95,12 +97,10 @@ def _groups(inventory: Mapping[str, Any]) -> dict[str, list[str]]:
 def context(bp: Blueprint, host: str, role: str, **facts: Any) -> dict[str, Any]:
     """Variables as Ansible would see them in ``role`` on ``host``: role defaults < host vars < role vars <
     extravars, plus the facts the role's own tasks set before the template task."""
-    inventory = build_inventory(bp, SshAccess("root"))
-    extravars = {**build_extravars(bp), **gpu_extravars(bp)}
+    inventory, extravars = build_vars(bp, SshAccess("root"))  # what deploy and plan hand to site.yml
     ctx: dict[str, Any] = {"inventory_hostname": host, "groups": _groups(inventory)}
     ctx.update(_load(ROLES / role / "defaults" / "main.yml"))
     ctx.update(_host_vars(inventory, host))
-    ctx.update(gpu_host_vars(bp, host))
     ctx.update(extravars)
     ctx.update(facts)
     ctx.update(_resolve(_load(ROLES / role / "vars" / "main.yml"), ctx))
@@ -297,3 +297,25 @@ def test_existing_lustre_is_only_checked(bp: Blueprint) -> None:
     ctx = context(bp, "gpu001", "shared_fs")
     assert ctx["shared_fs_existing"] == [{"name": "scratch", "mount": "/lustre", "fstype": "lustre"}]
     assert ctx["shared_fs_mode"] == "mount" and "/lustre" not in str(ctx["shared_fs_nfs"])
+
+
+# --- slurm.conf: what the GPU roles and the health checks add ------------------------------------------------
+
+
+def slurm_conf(bp: Blueprint, **facts: Any) -> str:
+    ctx = context(bp, "gpu001", "slurm", **facts)  # the contract's defaults; slurm_common only renders
+    return render("slurm_common", "slurm.conf.j2", ctx)
+
+
+def test_slurm_conf_runs_the_quick_tier_and_the_tree_topology_from_the_fabric(bp: Blueprint) -> None:
+    lines = slurm_conf(bp, slurm_topology_plugin="topology/tree", slurm_dbd_addr="10.0.0.10").splitlines()
+    for wanted in (
+        "HealthCheckProgram=/etc/hpckit/health-check",
+        f"HealthCheckInterval={bp.health.quick_interval_s}",
+        "HealthCheckNodeState=ANY",
+        "TopologyPlugin=topology/tree",
+        "PriorityType=priority/multifactor",  # the blueprint's own overrides still there
+    ):
+        assert wanted in lines, wanted
+    flat = slurm_conf(bp, slurm_dbd_addr="10.0.0.10")
+    assert "TopologyPlugin" not in flat  # no topology.conf found: Slurm's flat default
