@@ -301,3 +301,40 @@ def test_ansible_lint(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# ------------------------------------------------------------------ site.yml's order
+
+
+def test_site_plays_come_in_the_order_the_cluster_needs() -> None:
+    plays = _yaml(ANSIBLE / "site.yml")
+    roles = [[r["role"] for r in play.get("roles", [])] or [play["name"]] for play in plays]
+    assert roles == [
+        ["munge"],
+        ["shared_fs"],
+        ["infiniband", "nvidia"],  # before slurm.conf: topology.conf turns on TopologyPlugin
+        ["slurm_common"],
+        ["slurm_accounting"],
+        ["slurm_controller"],
+        ["slurm_compute"],
+        ["slurm_login", "hpckit_login"],
+        ["enroot_pyxis"],  # after Slurm: pyxis is built against it
+        ["Container smoke test"],
+        ["hpckit_health"],
+    ]
+    # Only the first play gathers (the service manager, cached): the others cost no fact round trip.
+    assert [p.get("gather_facts", True) for p in plays[1:]] == [False] * (len(plays) - 1)
+    assert plays[2]["hosts"] == plays[0]["hosts"]  # topology.conf reaches slurmctld's host too
+
+
+def test_slurm_conf_turns_on_the_tree_topology_when_the_fabric_gave_one() -> None:
+    assert "TopologyPlugin" not in _render("slurm_common", "slurm.conf.j2", _contract_vars())
+    text = _render("slurm_common", "slurm.conf.j2", _contract_vars(slurm_topology_plugin="topology/tree"))
+    assert "TopologyPlugin=topology/tree" in _lines(text)
+
+
+def test_gres_conf_is_left_to_the_nvidia_role_on_gpu_nodes() -> None:
+    wanted = _yaml(ROLES / "slurm_compute" / "vars" / "main.yml")
+    assert "gres" not in wanted["slurm_compute_own_files"] and "gres" in wanted["slurm_compute_gres_file"]
+    assert "hpckit_gpu_count" in wanted["slurm_compute_writes_gres"]
+    assert "nvidia_gres_result" in wanted["slurm_compute_earlier_changes"]

@@ -16,8 +16,7 @@ import pytest
 
 from hpckit.blueprint import Blueprint, load_blueprint
 from hpckit.deploy.events import Tracker
-from hpckit.deploy.gpu_vars import merge_gpu_vars
-from hpckit.deploy.inventory import build_extravars, build_inventory
+from hpckit.deploy.playvars import build_vars
 from hpckit.deploy.runner import PlaybookRun, RunOutcome, run_playbook
 from hpckit.deploy.targets import Target, prepare_target
 from hpckit.lab import provider
@@ -37,6 +36,7 @@ H100_LIKE: dict[str, Any] = {
     "infiniband_ibnetdiscover_file": str(FABRIC),
     "infiniband_topology_nodes": [f"gpu{i:03d}" for i in range(1, 17)],
     "infiniband_verify_ports": False,
+    "enroot_pyxis_enabled": True,  # a dry run only: the lab itself never installs enroot or pyxis
 }
 
 
@@ -53,9 +53,7 @@ class Lab:
             tracker.feed(event)
             self._collect(event)
 
-        inventory, extra = merge_gpu_vars(
-            self.bp, build_inventory(self.bp, self.target.access), build_extravars(self.bp)
-        )
+        inventory, extra = build_vars(self.bp, self.target.access)
         run = PlaybookRun(playbook=str(DATA / playbook), check=check, diff=check, forks=8)
         return tracker, run_playbook(inventory, {**extra, **extravars}, run, sink)
 
@@ -167,7 +165,8 @@ LAB_REAL: dict[str, Any] = {
 def test_real_run_is_idempotent_and_writes_gres_for_the_emulated_gpus(lab: Lab) -> None:
     first, outcome = lab.play("gpu_roles_check.yml", LAB_REAL, check=False)
     assert outcome.status == "successful" and first.ok, [str(f) for f in first.failures]
-    assert {h for h, t in first.hosts.items() if t.changed} == {"node1", "node2"}  # gres.conf, once
+    # gres.conf on the GPU nodes, and the first host's marks on the shared filesystems, once
+    assert {h for h, t in first.hosts.items() if t.changed} == {"ctl", "node1", "node2"}
     again, outcome = lab.play("gpu_roles_check.yml", LAB_REAL, check=False)
     assert outcome.status == "successful" and again.ok
     assert {h: t.changed for h, t in again.hosts.items()} == dict.fromkeys(HOSTS, 0)
@@ -180,7 +179,9 @@ def test_real_run_is_idempotent_and_writes_gres_for_the_emulated_gpus(lab: Lab) 
 
 
 def test_shared_filesystems_are_mounted_writable_and_shared(lab: Lab) -> None:
-    """A real run in bind mode: only checks, so a second run changes nothing either."""
+    """A real run in bind mode: only checks (once each filesystem carries the first host's mark), so runs
+    after the first change nothing."""
+    lab.play("shared_fs_check.yml", {}, check=False)
     for _ in range(2):
         tracker, outcome = lab.play("shared_fs_check.yml", {}, check=False)
         assert outcome.status == "successful" and tracker.ok, [str(f) for f in tracker.failures]

@@ -13,11 +13,12 @@ import jinja2
 import pytest
 import yaml
 from ansible.plugins.filter.core import FilterModule as CoreFilters
+from ansible.plugins.test.core import TestModule as CoreTests
 from jinja2.nativetypes import NativeEnvironment
 
 from hpckit.blueprint import Blueprint, load_blueprint
-from hpckit.deploy.gpu_vars import gpu_extravars, gpu_host_vars
-from hpckit.deploy.inventory import SshAccess, build_extravars, build_inventory
+from hpckit.deploy.inventory import SshAccess, build_extravars
+from hpckit.deploy.playvars import build_vars
 
 REPO = Path(__file__).resolve().parent.parent
 ROLES = REPO / "ansible" / "roles"
@@ -40,6 +41,7 @@ TEXT = jinja2.Environment(trim_blocks=True, keep_trailing_newline=True, undefine
 TEXT.filters.update(_filters())
 NATIVE = NativeEnvironment(undefined=jinja2.StrictUndefined)
 NATIVE.filters.update(_filters())
+NATIVE.tests.update(CoreTests().tests())  # the role vars use Ansible's tests (match, skipped)
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -47,12 +49,21 @@ def _load(path: Path) -> dict[str, Any]:
 
 
 def _resolve(values: Mapping[str, Any], context: dict[str, Any]) -> dict[str, Any]:
-    """Template the string values that hold Jinja expressions, as Ansible does lazily."""
-    out = {}
-    for key, value in values.items():
-        if isinstance(value, str) and "{{" in value:
-            value = NATIVE.from_string(value).render(context)
-        out[key] = value
+    """Template the string values that hold Jinja expressions, as Ansible does lazily: a value that names
+    another one of ``values`` is resolved once that one is; one that needs what only a run has (a probe's
+    output) stays a template."""
+    out = dict(values)
+    pending = [k for k, v in values.items() if isinstance(v, str) and ("{{" in v or "{%" in v)]
+    for _ in range(len(pending) + 1):
+        left = []
+        for key in pending:
+            try:
+                out[key] = NATIVE.from_string(out[key]).render({**context, **out})
+            except jinja2.UndefinedError:
+                left.append(key)
+        if len(left) == len(pending):
+            break
+        pending = left
     return out
 
 
@@ -86,12 +97,10 @@ def _groups(inventory: Mapping[str, Any]) -> dict[str, list[str]]:
 def context(bp: Blueprint, host: str, role: str, **facts: Any) -> dict[str, Any]:
     """Variables as Ansible would see them in ``role`` on ``host``: role defaults < host vars < role vars <
     extravars, plus the facts the role's own tasks set before the template task."""
-    inventory = build_inventory(bp, SshAccess("root"))
-    extravars = {**build_extravars(bp), **gpu_extravars(bp)}
+    inventory, extravars = build_vars(bp, SshAccess("root"))  # what deploy and plan hand to site.yml
     ctx: dict[str, Any] = {"inventory_hostname": host, "groups": _groups(inventory)}
     ctx.update(_load(ROLES / role / "defaults" / "main.yml"))
     ctx.update(_host_vars(inventory, host))
-    ctx.update(gpu_host_vars(bp, host))
     ctx.update(extravars)
     ctx.update(facts)
     ctx.update(_resolve(_load(ROLES / role / "vars" / "main.yml"), ctx))
@@ -122,7 +131,7 @@ def bp() -> Blueprint:
 
 
 def gres(bp: Blueprint, host: str, nvml: bool = False) -> str:
-    ctx = context(bp, host, "nvidia")
+    ctx = context(bp, host, "nvidia", nvidia_probe={"stdout_lines": []})  # what a fresh node's inspection reads
     ctx.update(nvidia_gpu_count=int(ctx["hpckit_gpu_count"]), nvidia_gres_nvml=nvml)
     return render("nvidia", "gres.conf.j2", ctx)
 
@@ -157,12 +166,14 @@ def test_the_nvidia_role_only_reads_the_gpus() -> None:
         text = tasks_file.read_text()
         for entry in yaml.safe_load(text):
             for item in [entry, *entry.get("block", [])]:
-                argv = (item.get("ansible.builtin.command") or {}).get("argv") or []
-                if argv and argv[0] == "nvidia-smi":
-                    calls.append(argv)
-                assert "ansible.builtin.shell" not in item, item.get("name")
-        assert "nvidia-smi -" not in text
-    assert calls and all(arg.startswith(("--query-gpu=", "--format=")) for argv in calls for arg in argv[1:])
+                assert "ansible.builtin.shell" not in item and "ansible.builtin.command" not in item, item.get("name")
+                script = item.get("ansible.builtin.raw") or ""
+                calls += [line.split() for line in script.splitlines() if "nvidia-smi" in line]
+    assert calls
+    for line in calls:
+        at = next(i for i, word in enumerate(line) if word.endswith("nvidia-smi"))
+        args = line[at + 1 :]
+        assert [a.split("=")[0] for a in args[:2]] == ["--query-gpu", "--format"], line
 
 
 # --- infiniband --------------------------------------------------------------------------------------------------
@@ -286,3 +297,25 @@ def test_existing_lustre_is_only_checked(bp: Blueprint) -> None:
     ctx = context(bp, "gpu001", "shared_fs")
     assert ctx["shared_fs_existing"] == [{"name": "scratch", "mount": "/lustre", "fstype": "lustre"}]
     assert ctx["shared_fs_mode"] == "mount" and "/lustre" not in str(ctx["shared_fs_nfs"])
+
+
+# --- slurm.conf: what the GPU roles and the health checks add ------------------------------------------------
+
+
+def slurm_conf(bp: Blueprint, **facts: Any) -> str:
+    ctx = context(bp, "gpu001", "slurm", **facts)  # the contract's defaults; slurm_common only renders
+    return render("slurm_common", "slurm.conf.j2", ctx)
+
+
+def test_slurm_conf_runs_the_quick_tier_and_the_tree_topology_from_the_fabric(bp: Blueprint) -> None:
+    lines = slurm_conf(bp, slurm_topology_plugin="topology/tree", slurm_dbd_addr="10.0.0.10").splitlines()
+    for wanted in (
+        "HealthCheckProgram=/etc/hpckit/health-check",
+        f"HealthCheckInterval={bp.health.quick_interval_s}",
+        "HealthCheckNodeState=ANY",
+        "TopologyPlugin=topology/tree",
+        "PriorityType=priority/multifactor",  # the blueprint's own overrides still there
+    ):
+        assert wanted in lines, wanted
+    flat = slurm_conf(bp, slurm_dbd_addr="10.0.0.10")
+    assert "TopologyPlugin" not in flat  # no topology.conf found: Slurm's flat default

@@ -15,23 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from tests.labutil import Cluster, lab_blueprint, needs_lab
 
 pytestmark = [pytest.mark.lab, needs_lab()]
 
 NAME, NET, BRIDGE = "healthci", "10.77.49", "hpckh49"
-INTERVAL = 20
-REPO = Path(__file__).resolve().parent.parent
+INTERVAL = 30  # the shortest HealthCheckInterval a blueprint accepts
 HEALTH = "/etc/hpckit/hpckit-health"
-ROLE_PLAYBOOK = REPO / "tests" / "data" / "health" / "role.yml"
-SLURM_CONF = {
-    "HealthCheckProgram": "/etc/hpckit/health-check",
-    "HealthCheckInterval": str(INTERVAL),
-    "HealthCheckNodeState": "ANY",
-    "ScronParameters": "enable",
-}
 
 
 class HealthLab:
@@ -83,37 +74,14 @@ def wait_for(what: str, condition: Callable[[], bool], timeout: float = 6 * INTE
 
 
 def _blueprint(tmp: Path) -> Path:
+    """The lab blueprint without accounting, its quick tier every INTERVAL seconds (deploy wires the rest:
+    the hpckit_health role and slurm.conf's HealthCheck* lines)."""
     path = lab_blueprint(tmp, NAME, NET, BRIDGE)
     text = path.read_text().replace("  accounting: true\n", "  accounting: false\n")
-    conf = "".join(f"    {k}: {v}\n" for k, v in SLURM_CONF.items())
-    text = text.replace("  conf:\n", "  conf:\n" + conf, 1)
+    text = text.replace("  quick_interval_s: 300\n", f"  quick_interval_s: {INTERVAL}\n")
+    assert f"quick_interval_s: {INTERVAL}" in text
     path.write_text(text)
     return path
-
-
-def _apply_role(cluster: Cluster) -> None:
-    """Run the hpckit_health role unless the site playbook already did (it does once it lists the role)."""
-    if "hpckit_health" in (REPO / "ansible" / "site.yml").read_text():
-        return
-    from hpckit.blueprint import load_blueprint
-    from hpckit.deploy.runner import PlaybookRun, run_playbook
-    from hpckit.health.deployvars import health_extravars
-
-    record = cluster.state / "clusters" / NAME / "current"
-    inventory = yaml.safe_load((record / "inventory.yml").read_text())
-    extravars = yaml.safe_load((record / "extravars.yml").read_text())
-    extravars.update(health_extravars(load_blueprint(cluster.blueprint)))
-    extravars["hpckit_health_settings"]["quick_interval_s"] = INTERVAL
-    extravars["hpckit_health_pythonpath"] = str(REPO)
-    failures: list[str] = []
-
-    def sink(event: dict[str, Any]) -> None:
-        if event.get("event") in ("runner_on_failed", "runner_on_unreachable"):
-            data = event.get("event_data", {})
-            failures.append(f"{data.get('host')}: {data.get('task')}: {data.get('res', {}).get('msg', '')}")
-
-    outcome = run_playbook(inventory, extravars, PlaybookRun(playbook=str(ROLE_PLAYBOOK)), sink)  # type: ignore[arg-type]
-    assert outcome.status == "successful", failures
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +91,6 @@ def hlab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HealthLab]:
     try:
         done = cluster.deploy()
         assert done.rc == 0, f"deploy failed:\n{done.stdout}\n{done.stderr}"
-        _apply_role(cluster)
         from hpckit.lab.provider import shared_dir_source
 
         yield HealthLab(cluster, shared_dir_source(NAME, "/shared") / "hpckit" / "health")
@@ -134,6 +101,7 @@ def hlab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HealthLab]:
 def test_quick_tier_runs_as_health_check_program(hlab: HealthLab) -> None:
     conf = hlab.login("cat", "/etc/slurm/slurm.conf").stdout
     assert "HealthCheckProgram=/etc/hpckit/health-check" in conf
+    assert f"HealthCheckInterval={INTERVAL}" in conf and "HealthCheckNodeState=ANY" in conf
     start = time.time()
     nodes = [f"node{i}" for i in range(1, 5)]
 

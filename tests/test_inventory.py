@@ -8,6 +8,7 @@ import yaml
 
 from hpckit.blueprint import load_blueprint, parse_blueprint
 from hpckit.deploy.inventory import LAB_SLURM_VARS, SshAccess, build_extravars, build_inventory, host_entries
+from hpckit.deploy.playvars import build_vars, with_health_conf
 
 ACCESS = SshAccess("root", 22, "/keys/id", "/keys/known_hosts")
 
@@ -85,3 +86,56 @@ partitions:
     }
     ev = build_extravars(bp)
     assert ev["slurm_partitions"][0]["default"] is True and ev["slurm_partitions"][1]["default"] is False
+
+
+# --- build_vars: everything one site.yml run needs ------------------------------------------------------------
+
+
+def test_build_vars_wires_gpu_roles_and_health_into_the_lab(repo: Path) -> None:
+    bp = load_blueprint(repo / "blueprints" / "lab.yaml")
+    inv, ev = build_vars(bp, SshAccess("root"))
+    assert ev["nvidia_emulated"] is True and ev["infiniband_topology"] == "off"
+    assert ev["shared_fs_mode"] == "bind" and ev["enroot_pyxis_enabled"] is False  # nothing installed in the lab
+    assert ev["hpckit_health_enabled"] is True and ev["hpckit_health_mounts"] == ["/shared"]
+    assert ev["hpckit_health_settings"]["quick_interval_s"] == bp.health.quick_interval_s
+    assert ev["slurm_conf_overrides"] == {
+        "HealthCheckProgram": "/etc/hpckit/health-check",
+        "HealthCheckInterval": str(bp.health.quick_interval_s),
+        "HealthCheckNodeState": "ANY",
+        "ScronParameters": "enable",
+        "SchedulerParameters": "batch_sched_delay=0,sched_min_interval=100000",
+    }
+    node = inv["all"]["children"]["slurm_compute"]["children"]["partition_gpu"]["hosts"]["node1"]
+    assert node["hpckit_gpu_count"] == 4 and node["nvidia_gres_devices"] == [{"first": 0, "last": 3, "cores": ""}]
+    assert "hpckit_health_infiniband" not in node  # no fabric in the lab
+    assert build_inventory(bp, SshAccess("root")) != inv  # the contract's own builder stays untouched
+
+
+def test_build_vars_of_a_real_cluster(repo: Path) -> None:
+    bp = load_blueprint(repo / "blueprints" / "h100-ib.yaml")
+    inv, ev = build_vars(bp, SshAccess("root", 22, "/root/.ssh/id_ed25519"))
+    assert ev["enroot_pyxis_enabled"] is True and ev["shared_fs_mode"] == "mount" and ev["nvidia_emulated"] is False
+    overrides = ev["slurm_conf_overrides"]
+    assert overrides["PriorityType"] == "priority/multifactor" and overrides["HealthCheckProgram"]
+    node = inv["all"]["children"]["slurm_compute"]["children"]["partition_gpu"]["hosts"]["gpu001"]
+    assert node["hpckit_health_infiniband"]["hcas"] == node["infiniband_hcas"]
+    assert node["enroot_pyxis_enroot"] is True
+    text = yaml.safe_dump(ev).lower()
+    assert "password" not in text and "secret" not in text
+
+
+def test_blueprint_slurm_conf_wins_over_the_health_lines(repo: Path) -> None:
+    text = (repo / "blueprints" / "lab.yaml").read_text()
+    text = text.replace("  conf:\n", "  conf:\n    healthcheckinterval: 900\n", 1)
+    bp = parse_blueprint(text.replace("$(vars.net)", "10.77.0").replace("$(vars.gpus_per_node)", "4"))
+    overrides = with_health_conf(bp, build_extravars(bp)["slurm_conf_overrides"])
+    assert overrides["healthcheckinterval"] == "900" and "HealthCheckInterval" not in overrides
+    assert overrides["HealthCheckProgram"] == "/etc/hpckit/health-check"
+
+
+def test_health_off_adds_no_slurm_conf_lines(repo: Path) -> None:
+    text = (repo / "blueprints" / "lab.yaml").read_text().replace("  drain: true\n", "  enabled: false\n")
+    bp = parse_blueprint(text.replace("$(vars.net)", "10.77.0").replace("$(vars.gpus_per_node)", "4"))
+    _, ev = build_vars(bp, SshAccess("root"))
+    assert ev["slurm_conf_overrides"] == {"SchedulerParameters": "batch_sched_delay=0,sched_min_interval=100000"}
+    assert ev["hpckit_health_enabled"] is False

@@ -13,8 +13,9 @@ from typing import Any
 from hpckit import __version__
 from hpckit.blueprint.models import Blueprint
 from hpckit.deploy.events import Tracker
-from hpckit.deploy.inventory import build_extravars, build_inventory, host_entries
+from hpckit.deploy.inventory import host_entries
 from hpckit.deploy.join import SLURMD_LOG, JoinReport, wait_for_join
+from hpckit.deploy.playvars import build_vars
 from hpckit.deploy.record import RECORDED_CONFIGS, ClusterAccess, DeploymentRecord
 from hpckit.deploy.runner import PlaybookRun, RunOutcome, ansible_version, run_playbook
 from hpckit.deploy.targets import Target, prepare_target
@@ -58,8 +59,8 @@ def deploy(bp: Blueprint, tracker: Tracker, sink: EventSink, opts: DeployOptions
     target = prepare_target(bp)
     _timed(timings, "target", t0)
     record = DeploymentRecord.create(bp.cluster_name, opts.record_root)
-    inventory = build_inventory(bp, target.access)
-    extravars = {**build_extravars(bp), **target.runtime_extravars()}
+    inventory, extravars = build_vars(bp, target.access)
+    extravars.update(target.runtime_extravars())
     record.write_json("blueprint.json", bp.model_dump(mode="json"))
     record.write_yaml("inventory.yml", inventory)
     record.write_yaml("extravars.yml", extravars)
@@ -89,8 +90,8 @@ class PlanResult:
 def plan(bp: Blueprint, tracker: Tracker, sink: EventSink) -> PlanResult:
     """A check + diff run: what deploy would change, file by file, changing nothing."""
     target = prepare_target(bp, bring_up_lab=False)
-    inventory = build_inventory(bp, target.access)
-    extravars = {**build_extravars(bp), **target.runtime_extravars()}
+    inventory, extravars = build_vars(bp, target.access)
+    extravars.update(target.runtime_extravars())
     hosts = [e.name for e in host_entries(bp)]
     new = target.not_started
     if set(hosts) <= set(new):

@@ -2,7 +2,9 @@
 
 `gpu_extravars` gives the cluster-wide settings and `gpu_host_vars` one host's; both are merged into what
 `hpckit.deploy.inventory` builds. Lab blueprints switch the roles to what the lab can show: emulated GPUs
-(device nodes, no driver), no fabric, and filesystems the provider bind-mounts on every node.
+(device nodes, no driver), no fabric, filesystems the provider bind-mounts on every node, and no enroot or
+pyxis at all (lab nodes share this machine's root filesystem and have no network: nothing may be installed
+or built there).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ def gpu_extravars(bp: Blueprint) -> dict[str, Any]:
         "nvidia_emulated": lab,
         "infiniband_topology": "off" if lab else "auto",
         "infiniband_discovery_host": _first_ib_host(bp),
+        "enroot_pyxis_enabled": not lab,
         **_container_vars(bp),
         **_filesystem_vars(bp),
     }
