@@ -4,9 +4,11 @@ Two backends behind one interface: the Slurm command line (the default, always t
 (hpckit.slurm.pyslurm_backend), used only when it imports and matches the installed Slurm. `Jobs` puts
 the waiting, output fetching and error reporting on top of whichever one is chosen.
 
-Waiting polls `squeue -h -j ID -o %T` at most a second apart (`sbatch --wait` polls at 2, 8, 32 s
-intervals and so reports a 2 s job ~20 s late), then asks accounting (`sacct`) for the final state,
-exit code and nodes, and the controller (`scontrol show job`) when accounting has no final row yet.
+Waiting polls `scontrol show job -o ID` 50 ms apart at first, growing to at most a second apart
+(`sbatch --wait` polls 2, 8, 32 s apart and so reports a 2 s job 8 s late). That one query carries the
+state, exit code, nodes and output path, so the poll that sees the job finished ends the wait with
+nothing more to ask. Accounting (`sacct`) answers only for a job the controller has already forgotten
+(MinJobAge after its end) or one whose epilog keeps it COMPLETING.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from typing import Protocol
 
 from hpckit.errors import HpckitError
 from hpckit.slurm.jobparse import (
-    FINISHED_QUEUE_STATES,
     SACCT_FIELDS,
+    TERMINAL_STATES,
     JobRecord,
     TestOnlyEstimate,
     expand_output_path,
@@ -35,11 +37,14 @@ from hpckit.slurm.jobparse import (
 )
 from hpckit.slurm.transport import CommandResult, LocalTransport, Transport, TransportError
 
-POLL_FIRST_S = 0.1
+POLL_FIRST_S = 0.05
 POLL_MAX_S = 1.0
-POLL_RAMP_S = 30.0
+POLL_RAMP_S = 10.0
 # After a job leaves the queue, accounting may lag the controller by a moment.
 RECORD_GRACE_S = 10.0
+# A job stays COMPLETING while epilogs run (milliseconds, unless one hangs); its batch script has ended,
+# so after this long accounting's final state is taken instead of waiting for the last node.
+COMPLETING_GRACE_S = 5.0
 TAIL_LINES = 20
 
 
@@ -179,16 +184,7 @@ class CliBackend:
             if "invalid job id" in (done.stderr + done.stdout).lower():
                 return None
             raise JobError(done.describe())
-        records = [r for r in parse_scontrol(done.stdout) if r.get("JobId") == job_id]
-        if not records:
-            return None
-        fields = records[0]
-        return JobInfo(
-            record_from_scontrol(fields),
-            expand_output_path(fields.get("StdOut", ""), fields),
-            expand_output_path(fields.get("StdErr", ""), fields),
-            fields.get("WorkDir", ""),
-        )
+        return info_from_scontrol(done.stdout, job_id)
 
     @property
     def remote(self) -> bool:
@@ -196,17 +192,20 @@ class CliBackend:
             return self.wait_remotely
         return not isinstance(self.transport, LocalTransport)
 
-    def wait_on_login(self, job_id: str, timeout: float | None) -> bool:
-        """Poll squeue on the login node itself, in one SSH command: True once the job has left the queue.
+    def wait_on_login(self, job_id: str, timeout: float | None) -> JobInfo | None:
+        """Poll the controller from the login node itself, in one SSH command, until the job has ended.
 
         Over SSH every command costs a round trip (a few tenths of a second, more on a busy login node);
-        polling there keeps the 0.1-1 s cadence and costs one. False when it timed out.
+        polling there keeps Jobs.wait's cadence and costs one. The job's final `scontrol show job` record,
+        or None when the controller no longer knows the job. JobWaitTimeout after `timeout` seconds.
         """
         limit = "0" if timeout is None else str(max(1, int(timeout)))
         done = self.transport.run(["sh", "-c", _WAIT_SCRIPT, "hpckit-wait", job_id, limit], timeout=None)
-        if done.rc not in (0, 124):
+        if done.rc == 124:
+            raise JobWaitTimeout(f"job {job_id} still queued or running after {timeout} s")
+        if done.rc != 0:
             raise JobError(f"waiting for job {job_id} on {self.transport.where}: {done.describe()}")
-        return done.rc == 0
+        return info_from_scontrol(done.stdout, job_id) if done.stdout.strip() else None
 
     def cancel(self, job_id: str) -> None:
         done = self._run("scancel", job_id)
@@ -221,23 +220,37 @@ class CliBackend:
 # Linux limits one argument to 128 KiB (MAX_ARG_STRLEN); leave room for the rest of the command line.
 _MAX_ARG_BYTES = 100_000
 
-# POSIX sh, run on the login node: the same polling as Jobs.wait (0.1 s apart at first, growing to 1 s),
-# until squeue no longer lists the job as queued or running; exit 124 after $2 seconds (0: never).
+# POSIX sh, run on the login node: the same polling as Jobs.wait (50 ms apart, growing by 0.1 s per second
+# waited to 1 s), until the controller shows the job in a final state: print that record and exit 0. Exit 0
+# printing nothing when scontrol fails (the job forgotten, the controller unreachable: the caller sorts it
+# out); exit 124 after $2 seconds (0: never). Integer milliseconds: no awk or bc per poll.
 _WAIT_SCRIPT = """
-id=$1 limit=$2 waited=0 ticks=0
+id=$1 limit_ms=$(($2 * 1000)) waited=0
 while :; do
-  state=$(squeue -h -j "$id" -o %T 2>/dev/null | head -n 1)
-  case "$state" in
-    ""|COMPLETING|COMPLETED|FAILED|CANCELLED*|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|PREEMPTED|BOOT_FAIL|DEADLINE|\
-    REVOKED|SPECIAL_EXIT) exit 0 ;;
+  record=$(scontrol show job -o "$id" 2>/dev/null) || exit 0
+  case "$record" in
+    @FINAL@) printf '%s\\n' "$record"; exit 0 ;;
   esac
-  ticks=$((ticks + 1))
-  if [ "$ticks" -le 20 ]; then delay=0.1; elif [ "$ticks" -le 60 ]; then delay=0.25; else delay=1; fi
-  sleep "$delay"
-  waited=$(awk -v w="$waited" -v d="$delay" 'BEGIN { print w + d }')
-  if [ "$limit" -gt 0 ] && awk -v w="$waited" -v l="$limit" 'BEGIN { exit !(w >= l) }'; then exit 124; fi
+  delay=$((50 + waited / 10)); [ "$delay" -gt 1000 ] && delay=1000
+  if [ "$limit_ms" -gt 0 ] && [ "$waited" -ge "$limit_ms" ]; then exit 124; fi
+  sleep "$((delay / 1000)).$(printf %03d $((delay % 1000)))"
+  waited=$((waited + delay))
 done
-"""
+""".replace("@FINAL@", "|".join(f'*" JobState={state} "*' for state in sorted(TERMINAL_STATES)))
+
+
+def info_from_scontrol(stdout: str, job_id: str) -> JobInfo | None:
+    """`scontrol show job -o ID` output as a JobInfo; None when it holds no record of that job."""
+    records = [r for r in parse_scontrol(stdout) if r.get("JobId") == job_id]
+    if not records:
+        return None
+    fields = records[0]
+    return JobInfo(
+        record_from_scontrol(fields),
+        expand_output_path(fields.get("StdOut", ""), fields),
+        expand_output_path(fields.get("StdErr", ""), fields),
+        fields.get("WorkDir", ""),
+    )
 
 
 def _requested_partition(script: str) -> str:
@@ -280,7 +293,8 @@ class JobOutcome:
 def poll_intervals(first: float = POLL_FIRST_S, cap: float = POLL_MAX_S, ramp: float = POLL_RAMP_S) -> Iterator[float]:
     """Delays between polls: `first` at the start, growing by 1 s per `ramp` s of waiting, at most `cap`.
 
-    A short job is seen finished within a tenth of a second; a long one costs the controller one query a second.
+    A job that ends in its first second is seen finished within 50-150 ms; one that runs for minutes
+    costs the controller one query a second (about 30 in the first 10 s).
     """
     waited = 0.0
     while True:
@@ -314,37 +328,52 @@ class Jobs:
         return self._wait(job_id, timeout)[0]
 
     def _wait(self, job_id: str, timeout: float | None) -> tuple[JobRecord, JobInfo | None]:
-        deadline = None if timeout is None else self.clock() + timeout
         if isinstance(self.backend, CliBackend) and self.backend.remote:
             try:
-                if self.backend.wait_on_login(job_id, timeout):
-                    return self._final(job_id)
-                raise JobWaitTimeout(f"job {job_id} still queued or running after {timeout} s")
+                info = self.backend.wait_on_login(job_id, timeout)
             except TransportError:
                 pass  # the connection broke (a long job, a restarted sshd): poll from here instead
-        intervals = poll_intervals()
-        while True:
-            state = self.backend.queue_state(job_id)
-            if state is None or state in FINISHED_QUEUE_STATES:
-                return self._final(job_id)
-            self._pause(next(intervals), deadline, f"job {job_id} still {state} after {timeout} s")
+            else:
+                if info is not None and info.record.finished:
+                    return info.record, info
+        return self._poll(job_id, None if timeout is None else self.clock() + timeout, timeout)
 
-    def _final(self, job_id: str) -> tuple[JobRecord, JobInfo | None]:
-        """Accounting's final record, completed by the controller's while it still knows the job.
+    def _poll(self, job_id: str, deadline: float | None, timeout: float | None) -> tuple[JobRecord, JobInfo | None]:
+        """The controller's record of the job, asked for at poll_intervals() until it shows a final state.
 
-        Right after a job ends, sacct can list only its first node (its NodeList catches up a moment
-        later) and drops the signal of a cancelled job; scontrol has both. sacct having nothing yet,
-        scontrol's record stands in for it.
+        Right after the end, sacct can still list a job as running, or only its first node, and drops the
+        signal of a cancelled job; the controller has all of it, so accounting is asked only when the
+        controller has forgotten the job or it has been COMPLETING for long.
         """
+        intervals = poll_intervals()
+        completing_since: float | None = None
+        while True:
+            info = self.backend.info(job_id)
+            if info is None:
+                return self._from_accounting(job_id), None
+            if info.record.finished:
+                return info.record, info
+            if info.record.state == "COMPLETING":
+                completing_since = completing_since if completing_since is not None else self.clock()
+                record = self._accounting_after(job_id, completing_since)
+                if record is not None:
+                    return _completed_by(record, info.record), info
+            self._pause(next(intervals), deadline, f"job {job_id} still {info.record.state} after {timeout} s")
+
+    def _accounting_after(self, job_id: str, completing_since: float) -> JobRecord | None:
+        if self.clock() - completing_since < COMPLETING_GRACE_S:
+            return None
+        record = self.backend.accounting(job_id)
+        return record if record is not None and record.finished else None
+
+    def _from_accounting(self, job_id: str) -> JobRecord:
+        """The final record of a job the controller no longer knows: accounting's, which may lag a moment."""
         deadline = self.clock() + RECORD_GRACE_S
         intervals = poll_intervals()
         while True:
             record = self.backend.accounting(job_id)
-            info = self.backend.info(job_id)
             if record is not None and record.finished:
-                return (_completed_by(record, info.record) if info else record), info
-            if info is not None and info.record.finished:
-                return info.record, info
+                return record
             self._pause(
                 next(intervals),
                 deadline,
@@ -385,8 +414,7 @@ class Jobs:
 
 
 def _completed_by(accounting: JobRecord, controller: JobRecord) -> JobRecord:
-    if not controller.finished:
-        return accounting
+    """Accounting's final state with the controller's nodes (sacct's NodeList lags) and signal (sacct drops it)."""
     return replace(
         accounting,
         nodes=controller.nodes or accounting.nodes,
