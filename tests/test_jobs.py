@@ -191,8 +191,9 @@ class ScriptedTransport:
     ) -> CommandResult:
         self.raw_calls.append(tuple(argv))
         if tuple(argv[:2]) == ("sh", "-c") and argv[3] == "hpckit-submit":
-            # What the login node's shell does with it: sbatch OPTION, the script on its stdin.
-            argv, stdin = ["sbatch", argv[5]], argv[4]
+            # What the shell does with it: mkdir -p DIR..., then sbatch OPTION with the script on its stdin.
+            self.calls.append(("mkdir", "-p", "--", *argv[5:]))
+            argv = ["sbatch", argv[4]]
         self.calls.append(tuple(argv))
         self.stdin.append(stdin)
         queue = self.replies[argv[0]]
@@ -316,23 +317,45 @@ def test_test_only_and_cancel() -> None:
     assert transport.calls[1] == ("scancel", "5")
 
 
-def test_over_ssh_the_script_travels_as_an_argument() -> None:
+def test_the_log_directories_are_made_in_sbatchs_own_command(tmp_path: Path) -> None:
     transport = ScriptedTransport({"sbatch": [(0, "15\n", "")]})
     script = "#!/bin/bash\n#SBATCH --job-name='a b'\nprintf '%s\\n' \"$x\"\n"
-    assert CliBackend(transport).submit(script) == "15"
-    ((sh, flag, command, name, sent, option),) = transport.raw_calls
-    assert (sh, flag, name, sent, option) == ("sh", "-c", "hpckit-submit", script, "--parsable")
-    piped = subprocess.run(["sh", "-c", command.replace("sbatch", "cat"), name, script, "-"], capture_output=True)
-    assert piped.stdout.decode() == script  # the login node's shell hands sbatch the script byte for byte
+    assert jobs_on(transport, FakeClock()).submit(script, ("/shared/logs", "/shared/x y")) == "15"
+    ((sh, flag, command, name, option, *dirs),) = transport.raw_calls
+    assert (sh, flag, name, option, dirs) == (
+        "sh",
+        "-c",
+        "hpckit-submit",
+        "--parsable",
+        ["/shared/logs", "/shared/x y"],
+    )
+    assert transport.stdin == [script]
+    # What the shell really does with it, with cat standing in for sbatch.
+    made = [str(tmp_path / "a"), str(tmp_path / "b c")]
+    piped = subprocess.run(
+        ["sh", "-c", command.replace("sbatch", "cat"), name, "-", *made],
+        input=script.encode(),
+        capture_output=True,
+        check=True,
+    )
+    assert piped.stdout.decode() == script and all(Path(d).is_dir() for d in made)
+    (tmp_path / "file").touch()
+    refused = LocalTransport()
+    with pytest.raises(JobError, match=r"cannot create .*file/sub"):
+        CliBackend(refused).submit(script, (str(tmp_path / "file" / "sub"),))
 
 
 def test_over_ssh_the_waiting_happens_on_the_login_node() -> None:
-    transport = ScriptedTransport({"sh": [SCONTROL_FAILED]})
-    record = jobs_on(transport, FakeClock(), remote=True).wait("14", timeout=30)
-    assert (record.state, record.exit_code, record.nodes) == ("FAILED", 3, ("node1", "node2"))
+    with_output = SCONTROL_FAILED[1] + "\n--- hpckit: job output follows, from /tmp/f-14.out\nboom\n"
+    transport = ScriptedTransport({"sh": [(0, with_output, "")]})
+    outcome = jobs_on(transport, FakeClock(), remote=True).follow("14", 0.0, 30, check=False)
+    assert (outcome.record.state, outcome.record.exit_code, outcome.record.nodes) == ("FAILED", 3, ("node1", "node2"))
+    assert outcome.output == "boom\n" and outcome.output_path == "/tmp/f-14.out"
     ((sh, flag, script, name, job_id, limit),) = transport.calls  # one command, and nothing asked after it
     assert (sh, flag, name, job_id, limit) == ("sh", "-c", "hpckit-wait", "14", "30")
     assert 'scontrol show job -o "$id"' in script
+    no_output = ScriptedTransport({"sh": [SCONTROL_FAILED], "cat": [(0, "read apart\n", "")]})
+    assert jobs_on(no_output, FakeClock(), remote=True).follow("14", 0.0, 30, check=False).output == "read apart\n"
     forgotten = ScriptedTransport(
         {"sh": [(0, "", "")], "scontrol": [INVALID_ID], "sacct": [(0, "14|COMPLETED|0:0|n1\n", "")]}
     )
@@ -355,7 +378,9 @@ def test_the_login_node_wait_script_polls_scontrol(tmp_path: Path, monkeypatch: 
     """The shell loop itself, with a stand-in scontrol: RUNNING twice (or forever), then COMPLETED."""
     count = tmp_path / "count"
     count.write_text("0")
-    running, completed = scontrol_as("RUNNING")[1], scontrol_as("COMPLETED")[1]
+    log = tmp_path / "f-14.out"
+    log.write_text("line 1\n\nlast line")
+    running, completed = scontrol_as("RUNNING")[1], scontrol_as("COMPLETED")[1].replace("/tmp/f-14.out", str(log))
     (tmp_path / "running").write_text(running)
     (tmp_path / "completed").write_text(completed)
     stub = tmp_path / "scontrol"
@@ -368,14 +393,14 @@ def test_the_login_node_wait_script_polls_scontrol(tmp_path: Path, monkeypatch: 
     stub.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     backend = CliBackend(LocalTransport(), wait_remotely=True)
-    info = backend.wait_on_login("14", 10)
-    assert info is not None and info.record.state == "COMPLETED" and info.stdout_path == "/tmp/f-14.out"
-    assert count.read_text().strip() == "3"
+    info, output = backend.wait_on_login("14", 10)
+    assert info is not None and info.record.state == "COMPLETED" and info.stdout_path == str(log)
+    assert output == "line 1\n\nlast line" and count.read_text().strip() == "3"
     (tmp_path / "forever").touch()
     with pytest.raises(JobWaitTimeout):
         backend.wait_on_login("14", 1)
     (tmp_path / "gone").touch()
-    assert backend.wait_on_login("14", 1) is None
+    assert backend.wait_on_login("14", 1) == (None, None)
 
 
 def test_poll_intervals_are_short_then_capped_at_one_second() -> None:

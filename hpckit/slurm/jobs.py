@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import shlex
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -132,18 +132,20 @@ class CliBackend:
     def _run(self, *argv: str, stdin: str | None = None, timeout: float = 30.0) -> CommandResult:
         return self.transport.run(argv, stdin=stdin, timeout=timeout)
 
-    def _sbatch(self, option: str, script: str) -> CommandResult:
-        """sbatch reading the script from its stdin.
-
-        Over SSH the script travels as an argument and a shell on the login node pipes it in: fabric
-        feeds a command's stdin one byte per 10 ms poll, which made a 1 KB script take 5-10 s to submit.
-        """
-        if isinstance(self.transport, LocalTransport) or len(script.encode()) > _MAX_ARG_BYTES:
+    def _sbatch(self, option: str, script: str, mkdirs: Sequence[str] = ()) -> CommandResult:
+        """sbatch reading the script from its stdin, after creating `mkdirs` in the same command (over SSH
+        each command is a round trip)."""
+        if not mkdirs:
             return self._run("sbatch", option, stdin=script)
-        return self._run("sh", "-c", 'printf "%s" "$1" | sbatch "$2"', "hpckit-submit", script, option)
+        done = self._run("sh", "-c", _MKDIR_SBATCH, "hpckit-submit", option, *mkdirs, stdin=script)
+        if done.rc == _MKDIR_FAILED:
+            raise JobError(f"cannot create {', '.join(mkdirs)} on {done.where}: {done.stderr.strip()}")
+        return done
 
-    def submit(self, script: str) -> str:
-        done = self._sbatch("--parsable", script)
+    def submit(self, script: str, mkdirs: Sequence[str] = ()) -> str:
+        """Submit `script`, first creating the directories it writes into (Slurm does not, and a job whose
+        --output directory is missing fails without writing a line anywhere)."""
+        done = self._sbatch("--parsable", script, mkdirs)
         if not done.ok:
             raise self._rejection(done, script)
         return parse_submit(done.stdout)
@@ -192,12 +194,13 @@ class CliBackend:
             return self.wait_remotely
         return not isinstance(self.transport, LocalTransport)
 
-    def wait_on_login(self, job_id: str, timeout: float | None) -> JobInfo | None:
+    def wait_on_login(self, job_id: str, timeout: float | None) -> tuple[JobInfo | None, str | None]:
         """Poll the controller from the login node itself, in one SSH command, until the job has ended.
 
         Over SSH every command costs a round trip (a few tenths of a second, more on a busy login node);
-        polling there keeps Jobs.wait's cadence and costs one. The job's final `scontrol show job` record,
-        or None when the controller no longer knows the job. JobWaitTimeout after `timeout` seconds.
+        polling there keeps Jobs.wait's cadence and costs one, which also brings the job's output back.
+        The job's final `scontrol show job` record (None when the controller no longer knows the job)
+        and its output (None when it could not be read there). JobWaitTimeout after `timeout` seconds.
         """
         limit = "0" if timeout is None else str(max(1, int(timeout)))
         done = self.transport.run(["sh", "-c", _WAIT_SCRIPT, "hpckit-wait", job_id, limit], timeout=None)
@@ -205,7 +208,11 @@ class CliBackend:
             raise JobWaitTimeout(f"job {job_id} still queued or running after {timeout} s")
         if done.rc != 0:
             raise JobError(f"waiting for job {job_id} on {self.transport.where}: {done.describe()}")
-        return info_from_scontrol(done.stdout, job_id) if done.stdout.strip() else None
+        record, marker, rest = done.stdout.partition(_OUTPUT_MARK)
+        info = info_from_scontrol(record, job_id) if record.strip() else None
+        path, _, output = rest.partition("\n")
+        # The shell cut the path at the first blank; the output is the job's only if that is the whole path.
+        return info, output if marker and info is not None and path == info.stdout_path else None
 
     def cancel(self, job_id: str) -> None:
         done = self._run("scancel", job_id)
@@ -217,26 +224,38 @@ class CliBackend:
         return sorted({line.strip() for line in done.stdout.splitlines() if line.strip()}) if done.ok else []
 
 
-# Linux limits one argument to 128 KiB (MAX_ARG_STRLEN); leave room for the rest of the command line.
-_MAX_ARG_BYTES = 100_000
+# sh, given OPTION DIR...: create the directories, then sbatch OPTION reads the script from stdin.
+_MKDIR_FAILED = 97
+_MKDIR_SBATCH = f'o=$1; shift; mkdir -p -- "$@" || exit {_MKDIR_FAILED}; exec sbatch "$o"'
 
 # POSIX sh, run on the login node: the same polling as Jobs.wait (50 ms apart, growing by 0.1 s per second
-# waited to 1 s), until the controller shows the job in a final state: print that record and exit 0. Exit 0
-# printing nothing when scontrol fails (the job forgotten, the controller unreachable: the caller sorts it
-# out); exit 124 after $2 seconds (0: never). Integer milliseconds: no awk or bc per poll.
+# waited to 1 s), until the controller shows the job in a final state: print that record, then (when its
+# StdOut is a readable file, no pattern left in it) a marker line naming that file and the file itself,
+# and exit 0. Exit 0 printing nothing when scontrol fails (the job forgotten, the controller unreachable:
+# the caller sorts it out); exit 124 after $2 seconds (0: never). Integer milliseconds: no awk per poll.
+_OUTPUT_MARK = "\n--- hpckit: job output follows, from "
 _WAIT_SCRIPT = """
 id=$1 limit_ms=$(($2 * 1000)) waited=0
 while :; do
   record=$(scontrol show job -o "$id" 2>/dev/null) || exit 0
   case "$record" in
-    @FINAL@) printf '%s\\n' "$record"; exit 0 ;;
+    @FINAL@)
+      printf '%s\\n' "$record"
+      out=${record#* StdOut=}; out=${out%% *}
+      case "$out" in
+        /*%*) ;;
+        /*) if [ -f "$out" ] && [ -r "$out" ]; then printf '@MARK@%s\\n' "$out"; cat -- "$out"; fi ;;
+      esac
+      exit 0 ;;
   esac
   delay=$((50 + waited / 10)); [ "$delay" -gt 1000 ] && delay=1000
   if [ "$limit_ms" -gt 0 ] && [ "$waited" -ge "$limit_ms" ]; then exit 124; fi
   sleep "$((delay / 1000)).$(printf %03d $((delay % 1000)))"
   waited=$((waited + delay))
 done
-""".replace("@FINAL@", "|".join(f'*" JobState={state} "*' for state in sorted(TERMINAL_STATES)))
+""".replace("@FINAL@", "|".join(f'*" JobState={state} "*' for state in sorted(TERMINAL_STATES))).replace(
+    "@MARK@", _OUTPUT_MARK.replace("\n", "\\n")
+)
 
 
 def info_from_scontrol(stdout: str, job_id: str) -> JobInfo | None:
@@ -314,7 +333,11 @@ class Jobs:
     def on(cls, transport: Transport, prefer: str = "auto") -> Jobs:
         return cls(backend_for(transport, prefer), transport)
 
-    def submit(self, script: str) -> str:
+    def submit(self, script: str, mkdirs: Sequence[str] = ()) -> str:
+        """Submit `script` after creating the directories it writes into (in sbatch's own command, for the CLI)."""
+        if isinstance(self.backend, CliBackend):
+            return self.backend.submit(script, mkdirs)
+        ensure_dirs(self.transport, tuple(mkdirs))
         return self.backend.submit(script)
 
     def test_only(self, script: str) -> TestOnlyEstimate:
@@ -327,16 +350,18 @@ class Jobs:
         """Block until the job has finished; its final record (state, exit code, nodes)."""
         return self._wait(job_id, timeout)[0]
 
-    def _wait(self, job_id: str, timeout: float | None) -> tuple[JobRecord, JobInfo | None]:
+    def _wait(self, job_id: str, timeout: float | None) -> tuple[JobRecord, JobInfo | None, str | None]:
+        """The final record, the controller's view of the job if it still has one, and the job's output
+        when the waiting brought it along (None: read it separately)."""
         if isinstance(self.backend, CliBackend) and self.backend.remote:
             try:
-                info = self.backend.wait_on_login(job_id, timeout)
+                info, output = self.backend.wait_on_login(job_id, timeout)
             except TransportError:
                 pass  # the connection broke (a long job, a restarted sshd): poll from here instead
             else:
                 if info is not None and info.record.finished:
-                    return info.record, info
-        return self._poll(job_id, None if timeout is None else self.clock() + timeout, timeout)
+                    return info.record, info, output
+        return *self._poll(job_id, None if timeout is None else self.clock() + timeout, timeout), None
 
     def _poll(self, job_id: str, deadline: float | None, timeout: float | None) -> tuple[JobRecord, JobInfo | None]:
         """The controller's record of the job, asked for at poll_intervals() until it shows a final state.
@@ -402,10 +427,11 @@ class Jobs:
         return self.follow(job_id, start, timeout, check=check)
 
     def follow(self, job_id: str, start: float, timeout: float | None, *, check: bool = True) -> JobOutcome:
-        record, info = self._wait(job_id, timeout)
+        record, info, output = self._wait(job_id, timeout)
         # The controller still knows the job (for MinJobAge, 300 s by default) and so its output path.
         path = info.stdout_path if info is not None and info.stdout_path else None
-        output = self.read_file(path) if path else None
+        if output is None and path:
+            output = self.read_file(path)
         outcome = JobOutcome(record, path, output, self.clock() - start)
         if check and not record.ok:
             tail = "\n".join((output or "").splitlines()[-TAIL_LINES:])
