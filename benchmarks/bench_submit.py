@@ -58,9 +58,11 @@ FLOOR = (
 
 NOTE = (
     "sbatch --wait checks at 2, 10 and 42 s after submitting, so it returns at 2.0 s for a job that ends within\n"
-    "2 s and at 10.0 s for the 2-second one. A 0.2x ratio would need 0.4 s and 2.0 s: below the time a job\n"
-    "waits for slurmctld's next scheduling pass here (up to about 1 s, PENDING), plus, for the second, its own\n"
-    "2 s of running."
+    "2 s and at 10.0 s for the 2-second one. A 0.2x ratio would need 0.40 s and 2.0 s, which Slurm's own part\n"
+    "(the floor row) already takes: slurmctld starts a batch job only on its background loop's next pass,\n"
+    "once a second (batch_sched_delay, 0 on the lab and 3 s by default, can only add to that), so a job\n"
+    "waits 0-1 s PENDING, then about 0.1-0.3 s more to run `srun` on 4 nodes and end. hpckit's own part is\n"
+    "Python start-up and imports, rendering, and its poll spacing (50 ms at first, growing to 1 s)."
 )
 
 
