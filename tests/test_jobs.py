@@ -351,8 +351,8 @@ def test_over_ssh_the_waiting_happens_on_the_login_node() -> None:
     outcome = jobs_on(transport, FakeClock(), remote=True).follow("14", 0.0, 30, check=False)
     assert (outcome.record.state, outcome.record.exit_code, outcome.record.nodes) == ("FAILED", 3, ("node1", "node2"))
     assert outcome.output == "boom\n" and outcome.output_path == "/tmp/f-14.out"
-    ((sh, flag, script, name, job_id, limit),) = transport.calls  # one command, and nothing asked after it
-    assert (sh, flag, name, job_id, limit) == ("sh", "-c", "hpckit-wait", "14", "30")
+    ((sh, flag, script, name, job_id, limit, grace),) = transport.calls  # one command, nothing asked after it
+    assert (sh, flag, name, job_id, limit, grace) == ("sh", "-c", "hpckit-wait", "14", "30", "5000")
     assert 'scontrol show job -o "$id"' in script
     no_output = ScriptedTransport({"sh": [SCONTROL_FAILED], "cat": [(0, "read apart\n", "")]})
     assert jobs_on(no_output, FakeClock(), remote=True).follow("14", 0.0, 30, check=False).output == "read apart\n"
@@ -363,6 +363,20 @@ def test_over_ssh_the_waiting_happens_on_the_login_node() -> None:
     timed_out = ScriptedTransport({"sh": [(124, "", "")]})
     with pytest.raises(JobWaitTimeout, match="still queued or running after 30"):
         jobs_on(timed_out, FakeClock(), remote=True).wait("14", timeout=30)
+
+
+def test_over_ssh_a_job_completing_too_long_is_settled_by_accounting_at_once() -> None:
+    """The login node has watched it COMPLETING for the grace already (a node died under it)."""
+    transport = ScriptedTransport(
+        {
+            "sh": [scontrol_as("COMPLETING", "0:15")],
+            "scontrol": [scontrol_as("COMPLETING", "0:15")],
+            "sacct": [(0, "14|CANCELLED by 0|0:15|node1\n", "")],
+        }
+    )
+    clock = FakeClock()
+    record = jobs_on(transport, clock, remote=True).wait("14", timeout=60)
+    assert (record.state, record.signal, record.nodes) == ("CANCELLED", 15, ("node1", "node2")) and clock.now == 0
 
 
 def _broken_connection() -> Reply:
@@ -399,6 +413,11 @@ def test_the_login_node_wait_script_polls_scontrol(tmp_path: Path, monkeypatch: 
     (tmp_path / "forever").touch()
     with pytest.raises(JobWaitTimeout):
         backend.wait_on_login("14", 1)
+    (tmp_path / "completing").write_text(scontrol_as("COMPLETING")[1])
+    (tmp_path / "running").replace(tmp_path / "was-running")
+    (tmp_path / "completing").replace(tmp_path / "running")
+    info, output = backend.wait_on_login("14", 10, completing_grace=0.2)
+    assert info is not None and info.record.state == "COMPLETING" and output is None
     (tmp_path / "gone").touch()
     assert backend.wait_on_login("14", 1) == (None, None)
 

@@ -194,7 +194,9 @@ class CliBackend:
             return self.wait_remotely
         return not isinstance(self.transport, LocalTransport)
 
-    def wait_on_login(self, job_id: str, timeout: float | None) -> tuple[JobInfo | None, str | None]:
+    def wait_on_login(
+        self, job_id: str, timeout: float | None, completing_grace: float = COMPLETING_GRACE_S
+    ) -> tuple[JobInfo | None, str | None]:
         """Poll the controller from the login node itself, in one SSH command, until the job has ended.
 
         Over SSH every command costs a round trip (a few tenths of a second, more on a busy login node);
@@ -203,7 +205,8 @@ class CliBackend:
         and its output (None when it could not be read there). JobWaitTimeout after `timeout` seconds.
         """
         limit = "0" if timeout is None else str(max(1, int(timeout)))
-        done = self.transport.run(["sh", "-c", _WAIT_SCRIPT, "hpckit-wait", job_id, limit], timeout=None)
+        grace = str(int(completing_grace * 1000))
+        done = self.transport.run(["sh", "-c", _WAIT_SCRIPT, "hpckit-wait", job_id, limit, grace], timeout=None)
         if done.rc == 124:
             raise JobWaitTimeout(f"job {job_id} still queued or running after {timeout} s")
         if done.rc != 0:
@@ -228,34 +231,39 @@ class CliBackend:
 _MKDIR_FAILED = 97
 _MKDIR_SBATCH = f'o=$1; shift; mkdir -p -- "$@" || exit {_MKDIR_FAILED}; exec sbatch "$o"'
 
-# POSIX sh, run on the login node: the same polling as Jobs.wait (50 ms apart, growing by 0.1 s per second
-# waited to 1 s), until the controller shows the job in a final state: print that record, then (when its
-# StdOut is a readable file, no pattern left in it) a marker line naming that file and the file itself,
-# and exit 0. Exit 0 printing nothing when scontrol fails (the job forgotten, the controller unreachable:
-# the caller sorts it out); exit 124 after $2 seconds (0: never). Integer milliseconds: no awk per poll.
+# POSIX sh, run on the login node with JOB_ID LIMIT_S GRACE_MS: the same polling as Jobs.wait (50 ms apart,
+# growing by 0.1 s per second waited to 1 s) until the controller shows the job in a final state. Then it
+# prints that record and, when the record's StdOut is a readable file (no pattern left in it), a marker
+# line naming the file and the file itself. A job COMPLETING for GRACE_MS (an epilog hanging, a node gone)
+# has its record printed too, for the caller to ask accounting. Exit 0 printing nothing when scontrol fails
+# (the job forgotten, the controller unreachable: the caller sorts it out); exit 124 after LIMIT_S seconds
+# (0: never). Integer milliseconds: no awk per poll.
 _OUTPUT_MARK = "\n--- hpckit: job output follows, from "
-_WAIT_SCRIPT = """
-id=$1 limit_ms=$(($2 * 1000)) waited=0
+_OUTPUT_MARK_SH = _OUTPUT_MARK.replace("\n", "\\n")  # as printf's format writes it
+_FINAL_PATTERN = "|".join(f'*" JobState={state} "*' for state in sorted(TERMINAL_STATES))
+_WAIT_SCRIPT = f"""
+id=$1 limit_ms=$(($2 * 1000)) grace_ms=$3 waited=0 since=
 while :; do
   record=$(scontrol show job -o "$id" 2>/dev/null) || exit 0
   case "$record" in
-    @FINAL@)
+    {_FINAL_PATTERN})
       printf '%s\\n' "$record"
-      out=${record#* StdOut=}; out=${out%% *}
+      out=${{record#* StdOut=}}; out=${{out%% *}}
       case "$out" in
         /*%*) ;;
-        /*) if [ -f "$out" ] && [ -r "$out" ]; then printf '@MARK@%s\\n' "$out"; cat -- "$out"; fi ;;
+        /*) if [ -f "$out" ] && [ -r "$out" ]; then printf '{_OUTPUT_MARK_SH}%s\\n' "$out"; cat -- "$out"; fi ;;
       esac
       exit 0 ;;
+    *" JobState=COMPLETING "*)
+      [ -n "$since" ] || since=$waited
+      if [ $((waited - since)) -ge "$grace_ms" ]; then printf '%s\\n' "$record"; exit 0; fi ;;
   esac
   delay=$((50 + waited / 10)); [ "$delay" -gt 1000 ] && delay=1000
   if [ "$limit_ms" -gt 0 ] && [ "$waited" -ge "$limit_ms" ]; then exit 124; fi
   sleep "$((delay / 1000)).$(printf %03d $((delay % 1000)))"
   waited=$((waited + delay))
 done
-""".replace("@FINAL@", "|".join(f'*" JobState={state} "*' for state in sorted(TERMINAL_STATES))).replace(
-    "@MARK@", _OUTPUT_MARK.replace("\n", "\\n")
-)
+"""
 
 
 def info_from_scontrol(stdout: str, job_id: str) -> JobInfo | None:
@@ -361,9 +369,18 @@ class Jobs:
             else:
                 if info is not None and info.record.finished:
                     return info.record, info, output
-        return *self._poll(job_id, None if timeout is None else self.clock() + timeout, timeout), None
+                if info is not None and info.record.state == "COMPLETING":
+                    # The login node has watched it complete for the whole grace already: ask accounting.
+                    since = self.clock() - COMPLETING_GRACE_S
+                    return *self._poll(job_id, self._deadline(timeout), timeout, since), None
+        return *self._poll(job_id, self._deadline(timeout), timeout), None
 
-    def _poll(self, job_id: str, deadline: float | None, timeout: float | None) -> tuple[JobRecord, JobInfo | None]:
+    def _deadline(self, timeout: float | None) -> float | None:
+        return None if timeout is None else self.clock() + timeout
+
+    def _poll(
+        self, job_id: str, deadline: float | None, timeout: float | None, completing_since: float | None = None
+    ) -> tuple[JobRecord, JobInfo | None]:
         """The controller's record of the job, asked for at poll_intervals() until it shows a final state.
 
         Right after the end, sacct can still list a job as running, or only its first node, and drops the
@@ -371,7 +388,6 @@ class Jobs:
         controller has forgotten the job or it has been COMPLETING for long.
         """
         intervals = poll_intervals()
-        completing_since: float | None = None
         while True:
             info = self.backend.info(job_id)
             if info is None:
