@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import shlex
 import statistics
 import sys
@@ -66,7 +67,18 @@ NOTE = (
 )
 
 
-def on_login(login: Transport, argv: list[str]) -> float:
+def random_phase() -> None:
+    """Start the next submission at a random point of slurmctld's once-a-second scheduling pass.
+
+    Back to back, the runs lock into one phase against it (sbatch --wait always takes 2.0x s), and then
+    every job of a kind waits about as long PENDING: the medians would measure the phase, not the tools.
+    """
+    time.sleep(random.uniform(0.0, 1.0))
+
+
+def on_login(login: Transport, argv: list[str], *, pause: bool = False) -> float:
+    if pause:
+        random_phase()
     done = login.run(["sh", "-c", TIMER, "timer", *argv], timeout=300)
     rc, millis = done.stdout.split()
     if not done.ok or rc != "0":
@@ -75,6 +87,7 @@ def on_login(login: Transport, argv: list[str]) -> float:
 
 
 def from_here(cluster: str, state: Path, args: tuple[str, ...]) -> float:
+    random_phase()
     start = time.monotonic()
     done = hpckit_jobs(*args, "--cluster", cluster, state=state, timeout=300)
     if done.rc != 0:
@@ -97,10 +110,10 @@ def measure(
         "floor: sbatch + 50 ms scontrol polls (sh)": [],
     }
     for _ in range(runs):
-        times["hpckit on the login node"].append(on_login(login, hpckit))
-        times["sbatch --wait"].append(on_login(login, sbatch))
+        times["hpckit on the login node"].append(on_login(login, hpckit, pause=True))
+        times["sbatch --wait"].append(on_login(login, sbatch, pause=True))
         times["hpckit --cluster"].append(from_here(cluster, state, ("submit", "run", *sets, "--wait")))
-        times["floor: sbatch + 50 ms scontrol polls (sh)"].append(on_login(login, floor))
+        times["floor: sbatch + 50 ms scontrol polls (sh)"].append(on_login(login, floor, pause=True))
     return times
 
 
@@ -130,11 +143,13 @@ def run(cluster: str, state: Path, login_hpckit: str, runs: int) -> str:
     load = Path("/proc/loadavg").read_text().split()[0]
     return (
         "## Submit to result (`benchmarks/bench_submit.py`)\n\n"
-        "4-node jobs on the lab, each way in turn, timed on the login node from the command's start to its return\n"
-        "with the job's exit status. `hpckit --cluster` runs on the deploying machine (every Slurm command over\n"
-        f"SSH) and is timed there. The hpckit rows include starting Python: `hpckit --version` alone takes\n"
-        f"{startup:.2f} s (median) on the login node. Load average (1 min) {load_before} at the start and {load}\n"
-        "at the end on this machine, which the lab's nodes share with other work.\n\n"
+        "4-node jobs on the lab, each way in turn (after a random 0-1 s pause, so that each submission meets\n"
+        "slurmctld's once-a-second scheduling pass at a random point), timed on the login node from the\n"
+        "command's start to its return with the job's exit status. `hpckit --cluster` runs on the deploying\n"
+        "machine (every Slurm command over SSH) and is timed there. The hpckit rows include starting Python:\n"
+        f"`hpckit --version` alone takes {startup:.2f} s (median) on the login node. Load average (1 min)\n"
+        f"{load_before} at the start and {load} at the end on this machine, which the lab's nodes share with\n"
+        "other work.\n\n"
         "| job | how | median | range | runs |\n| --- | --- | --- | --- | --- |\n"
         + "\n".join(rows)
         + "\n\n"
