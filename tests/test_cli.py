@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
@@ -68,3 +69,19 @@ def test_schema_is_json_schema_and_committed_copy_is_current(repo: Path) -> None
     assert json.loads((repo / "hpckit-blueprint.schema.json").read_text()) == blueprint_schema(), (
         "regenerate with: hpckit schema > hpckit-blueprint.schema.json"
     )
+
+
+def test_every_command_is_found_through_its_home() -> None:
+    """HOMES names each command's module, so running one command imports that module only."""
+    from hpckit.cli import GROUPS, HOMES
+
+    homes = {c.name: m for m in GROUPS for c in importlib.import_module(f"hpckit.cli.{m}").COMMANDS}
+    assert homes == HOMES
+
+
+def test_a_command_imports_its_own_module_only() -> None:
+    code = "import sys; from hpckit.cli import cli; cli(['submit', '-h'], standalone_mode=False); print(*sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = set(done.stdout.split())
+    assert "hpckit.cli.jobs" in loaded
+    assert not loaded & {"hpckit.cli.bench", "hpckit.cli.results", "pandas", "matplotlib", "fabric", "ansible_runner"}

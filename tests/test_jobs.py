@@ -191,8 +191,9 @@ class ScriptedTransport:
     ) -> CommandResult:
         self.raw_calls.append(tuple(argv))
         if tuple(argv[:2]) == ("sh", "-c") and argv[3] == "hpckit-submit":
-            # What the login node's shell does with it: sbatch OPTION, the script on its stdin.
-            argv, stdin = ["sbatch", argv[5]], argv[4]
+            # What the shell does with it: mkdir -p DIR..., then sbatch OPTION with the script on its stdin.
+            self.calls.append(("mkdir", "-p", "--", *argv[5:]))
+            argv = ["sbatch", argv[4]]
         self.calls.append(tuple(argv))
         self.stdin.append(stdin)
         queue = self.replies[argv[0]]
@@ -219,86 +220,73 @@ def jobs_on(transport: ScriptedTransport, clock: FakeClock, *, remote: bool = Fa
 
 
 SCONTROL_FAILED = (0, lab("scontrol-show-job-o-failed-22.05.8.txt"), "")
+INVALID_ID = (1, "", "slurm_load_jobs error: Invalid job id specified\n")
 
 
-def test_run_polls_quickly_then_takes_the_final_state_from_sacct() -> None:
-    transport = ScriptedTransport(
-        {
-            "sbatch": [(0, "14\n", "")],
-            "squeue": [(0, "PENDING\n", ""), (0, "RUNNING\n", ""), (0, "RUNNING\n", ""), (0, "", "")],
-            "sacct": [(0, "14|COMPLETED|0:0|node[1-2]\n", "")],
-            "scontrol": [SCONTROL_FAILED],
-            "cat": [(0, "hello\n", "")],
-        }
-    )
+def scontrol_as(state: str, exit_code: str = "0:0") -> Reply:
+    """The lab's record of failed job 14, as the controller shows it in another state."""
+    text = SCONTROL_FAILED[1].replace("JobState=FAILED Reason=NonZeroExitCode", f"JobState={state} Reason=None")
+    return (0, text.replace("ExitCode=3:0", f"ExitCode={exit_code}"), "")
+
+
+def test_run_polls_the_controller_quickly_and_ends_on_its_final_record() -> None:
+    states = [scontrol_as("PENDING"), scontrol_as("RUNNING"), scontrol_as("RUNNING"), scontrol_as("COMPLETED")]
+    transport = ScriptedTransport({"sbatch": [(0, "14\n", "")], "scontrol": states, "cat": [(0, "hello\n", "")]})
     clock = FakeClock()
     outcome = jobs_on(transport, clock).run("#!/bin/bash\nhostname\n")
     assert outcome.record.ok and outcome.output == "hello\n" and outcome.output_path == "/tmp/f-14.out"
+    assert outcome.record.nodes == ("node1", "node2") and outcome.record.source == "scontrol"
     assert transport.stdin[0] == "#!/bin/bash\nhostname\n"  # the script goes to sbatch on stdin
-    assert ("sbatch", "--parsable") in transport.calls
-    assert ("squeue", "-h", "-j", "14", "-o", "%T") in transport.calls
-    assert ("sacct", "-X", "-n", "-P", "-j", "14", "-o", "JobID,State,ExitCode,NodeList") in transport.calls
-    assert ("cat", "--", "/tmp/f-14.out") in transport.calls
-    assert all(s <= 1.0 for s in clock.sleeps) and clock.sleeps[0] < 0.2
+    show = ("scontrol", "show", "job", "-o", "14")
+    # Nothing is asked twice, and nothing after the poll that saw the end but the output itself.
+    assert transport.calls == [("sbatch", "--parsable"), show, show, show, show, ("cat", "--", "/tmp/f-14.out")]
+    assert all(s <= 1.0 for s in clock.sleeps) and clock.sleeps[0] <= 0.05
 
 
-def test_sacct_lag_falls_back_to_scontrol() -> None:
-    transport = ScriptedTransport(
-        {"squeue": [(0, "COMPLETING\n", "")], "sacct": [(0, "", "")], "scontrol": [SCONTROL_FAILED]}
-    )
+def test_completing_ends_on_the_controllers_final_state() -> None:
+    transport = ScriptedTransport({"scontrol": [scontrol_as("COMPLETING", "3:0"), SCONTROL_FAILED]})
     record = jobs_on(transport, FakeClock()).wait("14")
     assert record.source == "scontrol" and record.state == "FAILED" and record.exit_code == 3
+    assert not any(c[0] == "sacct" for c in transport.calls)
 
 
-def test_the_controller_completes_a_fresh_accounting_record() -> None:
-    """Just after the end, sacct may list one node (it catches up later) and drops a cancel's signal."""
+def test_a_job_stuck_completing_takes_accounting_with_the_controllers_nodes() -> None:
+    """An epilog that hangs keeps a job COMPLETING; its script has ended, and sacct has the final state."""
     transport = ScriptedTransport(
-        {
-            "squeue": [(0, "", "")],
-            "sacct": [(0, lab("sacct-X-n-P-cancelled-22.05.8.txt").replace("node1", "node9"), "")],
-            "scontrol": [(0, lab("scontrol-show-job-o-cancelled-22.05.8.txt"), "")],
-        }
+        {"scontrol": [scontrol_as("COMPLETING", "3:0")], "sacct": [(0, "14|FAILED|3:0|node1\n", "")]}
     )
-    record = jobs_on(transport, FakeClock()).wait("15")
-    assert (record.state, record.source, record.signal, record.status) == ("CANCELLED", "sacct", 15, 143)
-    assert record.nodes == ("node1",) and record.batch_host == "node1"
+    clock = FakeClock()
+    record = jobs_on(transport, clock).wait("14")
+    assert (record.state, record.source, record.exit_code, record.nodes) == ("FAILED", "sacct", 3, ("node1", "node2"))
+    assert 5.0 <= clock.now < 7.0
 
 
-def test_sacct_still_running_then_final() -> None:
+def test_a_forgotten_job_comes_from_accounting_once_final() -> None:
     still = (0, "14|RUNNING|0:0|node[1-2]\n", "")
-    transport = ScriptedTransport(
-        {
-            "squeue": [(1, "", "slurm_load_jobs error: Invalid job id specified\n")],
-            "sacct": [still, (0, "14|FAILED|3:0|node[1-2]\n", "")],
-            "scontrol": [(1, "", "slurm_load_jobs error: Invalid job id specified\n")],
-        }
-    )
+    transport = ScriptedTransport({"scontrol": [INVALID_ID], "sacct": [still, (0, "14|FAILED|3:0|node[1-2]\n", "")]})
     record = jobs_on(transport, FakeClock()).wait("14")
     assert record.source == "sacct" and record.state == "FAILED"
 
 
+def test_the_controller_keeps_the_signal_of_a_cancelled_job() -> None:
+    transport = ScriptedTransport({"scontrol": [(0, lab("scontrol-show-job-o-cancelled-22.05.8.txt"), "")]})
+    record = jobs_on(transport, FakeClock()).wait("15")
+    assert (record.state, record.signal, record.status) == ("CANCELLED", 15, 143)
+    assert record.nodes == ("node1",) and record.batch_host == "node1"
+
+
 def test_wait_timeout_and_nothing_known() -> None:
-    running = ScriptedTransport({"squeue": [(0, "RUNNING\n", "")]})
+    running = ScriptedTransport({"scontrol": [scontrol_as("RUNNING")]})
     with pytest.raises(JobWaitTimeout, match="still RUNNING after 5"):
-        jobs_on(running, FakeClock()).wait("9", timeout=5)
-    vanished = ScriptedTransport(
-        {"squeue": [(0, "", "")], "sacct": [(0, "", "")], "scontrol": [(1, "", "Invalid job id")]}
-    )
+        jobs_on(running, FakeClock()).wait("14", timeout=5)
+    vanished = ScriptedTransport({"sacct": [(0, "", "")], "scontrol": [(1, "", "Invalid job id")]})
     with pytest.raises(JobWaitTimeout, match="neither sacct nor scontrol"):
         jobs_on(vanished, FakeClock()).wait("9")
 
 
 def test_failed_job_error_names_exit_code_node_and_tail() -> None:
     log = "".join(f"line {i}\n" for i in range(40)) + "Traceback: boom\n"
-    transport = ScriptedTransport(
-        {
-            "sbatch": [(0, "14\n", "")],
-            "squeue": [(0, "", "")],
-            "sacct": [(0, "14|FAILED|3:0|node[1-2]\n", "")],
-            "scontrol": [SCONTROL_FAILED],
-            "cat": [(0, log, "")],
-        }
-    )
+    transport = ScriptedTransport({"sbatch": [(0, "14\n", "")], "scontrol": [SCONTROL_FAILED], "cat": [(0, log, "")]})
     with pytest.raises(JobFailedError) as caught:
         jobs_on(transport, FakeClock()).run("#!/bin/bash\nexit 3\n")
     message = str(caught.value)
@@ -329,27 +317,66 @@ def test_test_only_and_cancel() -> None:
     assert transport.calls[1] == ("scancel", "5")
 
 
-def test_over_ssh_the_script_travels_as_an_argument() -> None:
+def test_the_log_directories_are_made_in_sbatchs_own_command(tmp_path: Path) -> None:
     transport = ScriptedTransport({"sbatch": [(0, "15\n", "")]})
     script = "#!/bin/bash\n#SBATCH --job-name='a b'\nprintf '%s\\n' \"$x\"\n"
-    assert CliBackend(transport).submit(script) == "15"
-    ((sh, flag, command, name, sent, option),) = transport.raw_calls
-    assert (sh, flag, name, sent, option) == ("sh", "-c", "hpckit-submit", script, "--parsable")
-    piped = subprocess.run(["sh", "-c", command.replace("sbatch", "cat"), name, script, "-"], capture_output=True)
-    assert piped.stdout.decode() == script  # the login node's shell hands sbatch the script byte for byte
+    assert jobs_on(transport, FakeClock()).submit(script, ("/shared/logs", "/shared/x y")) == "15"
+    ((sh, flag, command, name, option, *dirs),) = transport.raw_calls
+    assert (sh, flag, name, option, dirs) == (
+        "sh",
+        "-c",
+        "hpckit-submit",
+        "--parsable",
+        ["/shared/logs", "/shared/x y"],
+    )
+    assert transport.stdin == [script]
+    # What the shell really does with it, with cat standing in for sbatch.
+    made = [str(tmp_path / "a"), str(tmp_path / "b c")]
+    piped = subprocess.run(
+        ["sh", "-c", command.replace("sbatch", "cat"), name, "-", *made],
+        input=script.encode(),
+        capture_output=True,
+        check=True,
+    )
+    assert piped.stdout.decode() == script and all(Path(d).is_dir() for d in made)
+    (tmp_path / "file").touch()
+    refused = LocalTransport()
+    with pytest.raises(JobError, match=r"cannot create .*file/sub"):
+        CliBackend(refused).submit(script, (str(tmp_path / "file" / "sub"),))
 
 
 def test_over_ssh_the_waiting_happens_on_the_login_node() -> None:
-    transport = ScriptedTransport(
-        {"sh": [(0, "", "")], "sacct": [(0, "14|COMPLETED|0:0|node[1-2]\n", "")], "scontrol": [SCONTROL_FAILED]}
+    with_output = SCONTROL_FAILED[1] + "\n--- hpckit: job output follows, from /tmp/f-14.out\nboom\n"
+    transport = ScriptedTransport({"sh": [(0, with_output, "")]})
+    outcome = jobs_on(transport, FakeClock(), remote=True).follow("14", 0.0, 30, check=False)
+    assert (outcome.record.state, outcome.record.exit_code, outcome.record.nodes) == ("FAILED", 3, ("node1", "node2"))
+    assert outcome.output == "boom\n" and outcome.output_path == "/tmp/f-14.out"
+    ((sh, flag, script, name, job_id, limit, grace),) = transport.calls  # one command, nothing asked after it
+    assert (sh, flag, name, job_id, limit, grace) == ("sh", "-c", "hpckit-wait", "14", "30", "5000")
+    assert 'scontrol show job -o "$id"' in script
+    no_output = ScriptedTransport({"sh": [SCONTROL_FAILED], "cat": [(0, "read apart\n", "")]})
+    assert jobs_on(no_output, FakeClock(), remote=True).follow("14", 0.0, 30, check=False).output == "read apart\n"
+    forgotten = ScriptedTransport(
+        {"sh": [(0, "", "")], "scontrol": [INVALID_ID], "sacct": [(0, "14|COMPLETED|0:0|n1\n", "")]}
     )
-    assert jobs_on(transport, FakeClock(), remote=True).wait("14", timeout=30).ok
-    (wait_call,) = [c for c in transport.calls if c[0] == "sh"]
-    assert wait_call[-2:] == ("14", "30") and "squeue -h -j" in wait_call[2]
-    assert not any(c[0] == "squeue" for c in transport.calls)  # no poll of its own over SSH
+    assert jobs_on(forgotten, FakeClock(), remote=True).wait("14").ok
     timed_out = ScriptedTransport({"sh": [(124, "", "")]})
     with pytest.raises(JobWaitTimeout, match="still queued or running after 30"):
         jobs_on(timed_out, FakeClock(), remote=True).wait("14", timeout=30)
+
+
+def test_over_ssh_a_job_completing_too_long_is_settled_by_accounting_at_once() -> None:
+    """The login node has watched it COMPLETING for the grace already (a node died under it)."""
+    transport = ScriptedTransport(
+        {
+            "sh": [scontrol_as("COMPLETING", "0:15")],
+            "scontrol": [scontrol_as("COMPLETING", "0:15")],
+            "sacct": [(0, "14|CANCELLED by 0|0:15|node1\n", "")],
+        }
+    )
+    clock = FakeClock()
+    record = jobs_on(transport, clock, remote=True).wait("14", timeout=60)
+    assert (record.state, record.signal, record.nodes) == ("CANCELLED", 15, ("node1", "node2")) and clock.now == 0
 
 
 def _broken_connection() -> Reply:
@@ -357,40 +384,49 @@ def _broken_connection() -> Reply:
 
 
 def test_a_broken_connection_falls_back_to_polling() -> None:
-    transport = ScriptedTransport(
-        {
-            "sh": [_broken_connection],
-            "squeue": [(0, "", "")],
-            "sacct": [(0, "14|COMPLETED|0:0|node[1-2]\n", "")],
-            "scontrol": [(1, "", lab("squeue-invalid-job-id-22.05.8.txt"))],
-        }
-    )
+    transport = ScriptedTransport({"sh": [_broken_connection], "scontrol": [scontrol_as("COMPLETED")]})
     assert jobs_on(transport, FakeClock(), remote=True).wait("14").ok
 
 
-def test_the_login_node_wait_script_polls_squeue(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The shell loop itself, with a stand-in squeue that says RUNNING twice (or forever), then nothing."""
+def test_the_login_node_wait_script_polls_scontrol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shell loop itself, with a stand-in scontrol: RUNNING twice (or forever), then COMPLETED."""
     count = tmp_path / "count"
     count.write_text("0")
-    stub = tmp_path / "squeue"
+    log = tmp_path / "f-14.out"
+    log.write_text("line 1\n\nlast line")
+    running, completed = scontrol_as("RUNNING")[1], scontrol_as("COMPLETED")[1].replace("/tmp/f-14.out", str(log))
+    (tmp_path / "running").write_text(running)
+    (tmp_path / "completed").write_text(completed)
+    stub = tmp_path / "scontrol"
     stub.write_text(
         f"#!/bin/sh\nn=$(($(cat {count}) + 1)); echo $n > {count}\n"
-        f'[ "$n" -le 2 ] || [ -e {tmp_path}/forever ] && echo RUNNING\nexit 0\n'
+        f"[ -e {tmp_path}/gone ] && {{ echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1; }}\n"
+        f'if [ "$n" -le 2 ] || [ -e {tmp_path}/forever ]; then cat {tmp_path}/running\n'
+        f"else cat {tmp_path}/completed; fi\n"
     )
     stub.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     backend = CliBackend(LocalTransport(), wait_remotely=True)
-    assert backend.wait_on_login("5", 10) is True
-    assert count.read_text().strip() == "3"
+    info, output = backend.wait_on_login("14", 10)
+    assert info is not None and info.record.state == "COMPLETED" and info.stdout_path == str(log)
+    assert output == "line 1\n\nlast line" and count.read_text().strip() == "3"
     (tmp_path / "forever").touch()
-    assert backend.wait_on_login("5", 1) is False
+    with pytest.raises(JobWaitTimeout):
+        backend.wait_on_login("14", 1)
+    (tmp_path / "completing").write_text(scontrol_as("COMPLETING")[1])
+    (tmp_path / "running").replace(tmp_path / "was-running")
+    (tmp_path / "completing").replace(tmp_path / "running")
+    info, output = backend.wait_on_login("14", 10, completing_grace=0.2)
+    assert info is not None and info.record.state == "COMPLETING" and output is None
+    (tmp_path / "gone").touch()
+    assert backend.wait_on_login("14", 1) == (None, None)
 
 
 def test_poll_intervals_are_short_then_capped_at_one_second() -> None:
     gen = poll_intervals()
     delays = [next(gen) for _ in range(200)]
-    assert delays[0] <= 0.1 and max(delays) == 1.0 and delays == sorted(delays)
-    assert sum(delays[:10]) < 1.5  # a short job is not kept waiting
+    assert delays[0] <= 0.05 and max(delays) == 1.0 and delays == sorted(delays)
+    assert sum(delays[:10]) < 1.0  # a short job is not kept waiting
 
 
 def test_describe_failure_without_output() -> None:

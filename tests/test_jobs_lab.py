@@ -230,3 +230,13 @@ def test_hpckit_works_on_the_login_node(cluster: Cluster) -> None:
     # The job's log starts with the templates' banner line ("hpckit: job N ... on NODES"), then the output.
     names = [line for line in done.stdout.splitlines() if line and not line.startswith("hpckit: job ")]
     assert sorted(names) == ["node1", "node2", "node3", "node4"]
+
+
+def test_ssh_commands_carry_stdin_both_streams_and_the_exit_code(login: Any) -> None:
+    """One channel per command: a script on stdin, stdout and stderr larger than a window, the status."""
+    if isinstance(login, LocalTransport):
+        pytest.skip("the login node is this machine: no SSH")
+    script = "".join(f"echo line {i}\n" for i in range(3000))
+    done = login.run(["sh", "-c", 'sh; head -c 3000000 /dev/zero | tr "\\0" x >&2; exit 7'], stdin=script)
+    assert done.rc == 7 and done.stdout.splitlines()[-1] == "line 2999" and len(done.stderr) == 3_000_000
+    assert login.run(["true"]).ok

@@ -5,15 +5,17 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from hpckit.jobs.library import Library, Template
 from hpckit.jobs.params import parse_sets
 from hpckit.jobs.submit import Submitted, check_accepted, render, submit, transport_for
 from hpckit.slurm.jobs import JobOutcome, Jobs, describe_failure
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 template_arg = click.argument("template")
 set_option = click.option(
@@ -32,6 +34,9 @@ def templates_group() -> None:
 @templates_group.command("list")
 def templates_list() -> None:
     """Each template's name and what it runs."""
+    from rich.console import Console  # only the listing commands draw tables; submit should not load rich
+    from rich.table import Table
+
     table = Table("template", "description", box=None, header_style="bold")
     for template in Library():
         table.add_row(template.name, template.description)
@@ -47,10 +52,14 @@ def templates_show(template: str, source: bool) -> None:
     if source:
         click.echo(found.path.read_text(), nl=False)
         return
+    from rich.console import Console
+
     Console().print(_params_table(found))
 
 
 def _params_table(template: Template) -> Table:
+    from rich.table import Table
+
     table = Table("parameter", "type", "default", "help", title=f"{template.name}: {template.description}")
     for spec in template.params.values():
         default = str(spec.default).lower() if isinstance(spec.default, bool) else str(spec.default)

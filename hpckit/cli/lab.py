@@ -166,3 +166,6 @@ def _print_status(result: labkit.LabStatus) -> None:
         pid = str(node.pid) if node.pid is not None else "-"
         sshd = "yes" if node.sshd else "no"
         click.echo(f"{node.name:<16} {node.address:<15} {node.gpus:>4}  {state:<5} {pid:>8}  {sshd}")
+
+
+COMMANDS = [lab]

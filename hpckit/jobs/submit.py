@@ -8,7 +8,7 @@ from pathlib import Path
 
 from hpckit.jobs.library import Library, Rendered
 from hpckit.slurm.jobparse import TestOnlyEstimate
-from hpckit.slurm.jobs import JobOutcome, Jobs, ensure_dirs
+from hpckit.slurm.jobs import JobOutcome, Jobs
 from hpckit.slurm.transport import LocalTransport, Transport
 
 
@@ -39,9 +39,8 @@ def submit(
 
     With `check`, a job that fails raises JobFailedError, carrying its exit status and the log's tail.
     """
-    ensure_dirs(jobs.transport, rendered.mkdirs)
     start = jobs.clock()
-    job_id = jobs.submit(rendered.script)
+    job_id = jobs.submit(rendered.script, rendered.mkdirs)
     outcome = jobs.follow(job_id, start, timeout, check=check) if wait else None
     return Submitted(rendered, job_id, outcome)
 

@@ -4,23 +4,25 @@ Two backends behind one interface: the Slurm command line (the default, always t
 (hpckit.slurm.pyslurm_backend), used only when it imports and matches the installed Slurm. `Jobs` puts
 the waiting, output fetching and error reporting on top of whichever one is chosen.
 
-Waiting polls `squeue -h -j ID -o %T` at most a second apart (`sbatch --wait` polls at 2, 8, 32 s
-intervals and so reports a 2 s job ~20 s late), then asks accounting (`sacct`) for the final state,
-exit code and nodes, and the controller (`scontrol show job`) when accounting has no final row yet.
+Waiting polls `scontrol show job -o ID` 50 ms apart at first, growing to at most a second apart
+(`sbatch --wait` polls 2, 8, 32 s apart and so reports a 2 s job 8 s late). That one query carries the
+state, exit code, nodes and output path, so the poll that sees the job finished ends the wait with
+nothing more to ask. Accounting (`sacct`) answers only for a job the controller has already forgotten
+(MinJobAge after its end) or one whose epilog keeps it COMPLETING.
 """
 
 from __future__ import annotations
 
 import shlex
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 from hpckit.errors import HpckitError
 from hpckit.slurm.jobparse import (
-    FINISHED_QUEUE_STATES,
     SACCT_FIELDS,
+    TERMINAL_STATES,
     JobRecord,
     TestOnlyEstimate,
     expand_output_path,
@@ -35,11 +37,14 @@ from hpckit.slurm.jobparse import (
 )
 from hpckit.slurm.transport import CommandResult, LocalTransport, Transport, TransportError
 
-POLL_FIRST_S = 0.1
+POLL_FIRST_S = 0.05
 POLL_MAX_S = 1.0
-POLL_RAMP_S = 30.0
+POLL_RAMP_S = 10.0
 # After a job leaves the queue, accounting may lag the controller by a moment.
 RECORD_GRACE_S = 10.0
+# A job stays COMPLETING while epilogs run (milliseconds, unless one hangs); its batch script has ended,
+# so after this long accounting's final state is taken instead of waiting for the last node.
+COMPLETING_GRACE_S = 5.0
 TAIL_LINES = 20
 
 
@@ -127,18 +132,20 @@ class CliBackend:
     def _run(self, *argv: str, stdin: str | None = None, timeout: float = 30.0) -> CommandResult:
         return self.transport.run(argv, stdin=stdin, timeout=timeout)
 
-    def _sbatch(self, option: str, script: str) -> CommandResult:
-        """sbatch reading the script from its stdin.
-
-        Over SSH the script travels as an argument and a shell on the login node pipes it in: fabric
-        feeds a command's stdin one byte per 10 ms poll, which made a 1 KB script take 5-10 s to submit.
-        """
-        if isinstance(self.transport, LocalTransport) or len(script.encode()) > _MAX_ARG_BYTES:
+    def _sbatch(self, option: str, script: str, mkdirs: Sequence[str] = ()) -> CommandResult:
+        """sbatch reading the script from its stdin, after creating `mkdirs` in the same command (over SSH
+        each command is a round trip)."""
+        if not mkdirs:
             return self._run("sbatch", option, stdin=script)
-        return self._run("sh", "-c", 'printf "%s" "$1" | sbatch "$2"', "hpckit-submit", script, option)
+        done = self._run("sh", "-c", _MKDIR_SBATCH, "hpckit-submit", option, *mkdirs, stdin=script)
+        if done.rc == _MKDIR_FAILED:
+            raise JobError(f"cannot create {', '.join(mkdirs)} on {done.where}: {done.stderr.strip()}")
+        return done
 
-    def submit(self, script: str) -> str:
-        done = self._sbatch("--parsable", script)
+    def submit(self, script: str, mkdirs: Sequence[str] = ()) -> str:
+        """Submit `script`, first creating the directories it writes into (Slurm does not, and a job whose
+        --output directory is missing fails without writing a line anywhere)."""
+        done = self._sbatch("--parsable", script, mkdirs)
         if not done.ok:
             raise self._rejection(done, script)
         return parse_submit(done.stdout)
@@ -179,16 +186,7 @@ class CliBackend:
             if "invalid job id" in (done.stderr + done.stdout).lower():
                 return None
             raise JobError(done.describe())
-        records = [r for r in parse_scontrol(done.stdout) if r.get("JobId") == job_id]
-        if not records:
-            return None
-        fields = records[0]
-        return JobInfo(
-            record_from_scontrol(fields),
-            expand_output_path(fields.get("StdOut", ""), fields),
-            expand_output_path(fields.get("StdErr", ""), fields),
-            fields.get("WorkDir", ""),
-        )
+        return info_from_scontrol(done.stdout, job_id)
 
     @property
     def remote(self) -> bool:
@@ -196,17 +194,28 @@ class CliBackend:
             return self.wait_remotely
         return not isinstance(self.transport, LocalTransport)
 
-    def wait_on_login(self, job_id: str, timeout: float | None) -> bool:
-        """Poll squeue on the login node itself, in one SSH command: True once the job has left the queue.
+    def wait_on_login(
+        self, job_id: str, timeout: float | None, completing_grace: float = COMPLETING_GRACE_S
+    ) -> tuple[JobInfo | None, str | None]:
+        """Poll the controller from the login node itself, in one SSH command, until the job has ended.
 
         Over SSH every command costs a round trip (a few tenths of a second, more on a busy login node);
-        polling there keeps the 0.1-1 s cadence and costs one. False when it timed out.
+        polling there keeps Jobs.wait's cadence and costs one, which also brings the job's output back.
+        The job's final `scontrol show job` record (None when the controller no longer knows the job)
+        and its output (None when it could not be read there). JobWaitTimeout after `timeout` seconds.
         """
         limit = "0" if timeout is None else str(max(1, int(timeout)))
-        done = self.transport.run(["sh", "-c", _WAIT_SCRIPT, "hpckit-wait", job_id, limit], timeout=None)
-        if done.rc not in (0, 124):
+        grace = str(int(completing_grace * 1000))
+        done = self.transport.run(["sh", "-c", _WAIT_SCRIPT, "hpckit-wait", job_id, limit, grace], timeout=None)
+        if done.rc == 124:
+            raise JobWaitTimeout(f"job {job_id} still queued or running after {timeout} s")
+        if done.rc != 0:
             raise JobError(f"waiting for job {job_id} on {self.transport.where}: {done.describe()}")
-        return done.rc == 0
+        record, marker, rest = done.stdout.partition(_OUTPUT_MARK)
+        info = info_from_scontrol(record, job_id) if record.strip() else None
+        path, _, output = rest.partition("\n")
+        # The shell cut the path at the first blank; the output is the job's only if that is the whole path.
+        return info, output if marker and info is not None and path == info.stdout_path else None
 
     def cancel(self, job_id: str) -> None:
         done = self._run("scancel", job_id)
@@ -218,26 +227,57 @@ class CliBackend:
         return sorted({line.strip() for line in done.stdout.splitlines() if line.strip()}) if done.ok else []
 
 
-# Linux limits one argument to 128 KiB (MAX_ARG_STRLEN); leave room for the rest of the command line.
-_MAX_ARG_BYTES = 100_000
+# sh, given OPTION DIR...: create the directories, then sbatch OPTION reads the script from stdin.
+_MKDIR_FAILED = 97
+_MKDIR_SBATCH = f'o=$1; shift; mkdir -p -- "$@" || exit {_MKDIR_FAILED}; exec sbatch "$o"'
 
-# POSIX sh, run on the login node: the same polling as Jobs.wait (0.1 s apart at first, growing to 1 s),
-# until squeue no longer lists the job as queued or running; exit 124 after $2 seconds (0: never).
-_WAIT_SCRIPT = """
-id=$1 limit=$2 waited=0 ticks=0
+# POSIX sh, run on the login node with JOB_ID LIMIT_S GRACE_MS: the same polling as Jobs.wait (50 ms apart,
+# growing by 0.1 s per second waited to 1 s) until the controller shows the job in a final state. Then it
+# prints that record and, when the record's StdOut is a readable file (no pattern left in it), a marker
+# line naming the file and the file itself. A job COMPLETING for GRACE_MS (an epilog hanging, a node gone)
+# has its record printed too, for the caller to ask accounting. Exit 0 printing nothing when scontrol fails
+# (the job forgotten, the controller unreachable: the caller sorts it out); exit 124 after LIMIT_S seconds
+# (0: never). Integer milliseconds: no awk per poll.
+_OUTPUT_MARK = "\n--- hpckit: job output follows, from "
+_OUTPUT_MARK_SH = _OUTPUT_MARK.replace("\n", "\\n")  # as printf's format writes it
+_FINAL_PATTERN = "|".join(f'*" JobState={state} "*' for state in sorted(TERMINAL_STATES))
+_WAIT_SCRIPT = f"""
+id=$1 limit_ms=$(($2 * 1000)) grace_ms=$3 waited=0 since=
 while :; do
-  state=$(squeue -h -j "$id" -o %T 2>/dev/null | head -n 1)
-  case "$state" in
-    ""|COMPLETING|COMPLETED|FAILED|CANCELLED*|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|PREEMPTED|BOOT_FAIL|DEADLINE|\
-    REVOKED|SPECIAL_EXIT) exit 0 ;;
+  record=$(scontrol show job -o "$id" 2>/dev/null) || exit 0
+  case "$record" in
+    {_FINAL_PATTERN})
+      printf '%s\\n' "$record"
+      out=${{record#* StdOut=}}; out=${{out%% *}}
+      case "$out" in
+        /*%*) ;;
+        /*) if [ -f "$out" ] && [ -r "$out" ]; then printf '{_OUTPUT_MARK_SH}%s\\n' "$out"; cat -- "$out"; fi ;;
+      esac
+      exit 0 ;;
+    *" JobState=COMPLETING "*)
+      [ -n "$since" ] || since=$waited
+      if [ $((waited - since)) -ge "$grace_ms" ]; then printf '%s\\n' "$record"; exit 0; fi ;;
   esac
-  ticks=$((ticks + 1))
-  if [ "$ticks" -le 20 ]; then delay=0.1; elif [ "$ticks" -le 60 ]; then delay=0.25; else delay=1; fi
-  sleep "$delay"
-  waited=$(awk -v w="$waited" -v d="$delay" 'BEGIN { print w + d }')
-  if [ "$limit" -gt 0 ] && awk -v w="$waited" -v l="$limit" 'BEGIN { exit !(w >= l) }'; then exit 124; fi
+  delay=$((50 + waited / 10)); [ "$delay" -gt 1000 ] && delay=1000
+  if [ "$limit_ms" -gt 0 ] && [ "$waited" -ge "$limit_ms" ]; then exit 124; fi
+  sleep "$((delay / 1000)).$(printf %03d $((delay % 1000)))"
+  waited=$((waited + delay))
 done
 """
+
+
+def info_from_scontrol(stdout: str, job_id: str) -> JobInfo | None:
+    """`scontrol show job -o ID` output as a JobInfo; None when it holds no record of that job."""
+    records = [r for r in parse_scontrol(stdout) if r.get("JobId") == job_id]
+    if not records:
+        return None
+    fields = records[0]
+    return JobInfo(
+        record_from_scontrol(fields),
+        expand_output_path(fields.get("StdOut", ""), fields),
+        expand_output_path(fields.get("StdErr", ""), fields),
+        fields.get("WorkDir", ""),
+    )
 
 
 def _requested_partition(script: str) -> str:
@@ -280,7 +320,8 @@ class JobOutcome:
 def poll_intervals(first: float = POLL_FIRST_S, cap: float = POLL_MAX_S, ramp: float = POLL_RAMP_S) -> Iterator[float]:
     """Delays between polls: `first` at the start, growing by 1 s per `ramp` s of waiting, at most `cap`.
 
-    A short job is seen finished within a tenth of a second; a long one costs the controller one query a second.
+    A job that ends in its first second is seen finished within 50-150 ms; one that runs for minutes
+    costs the controller one query a second (about 30 in the first 10 s).
     """
     waited = 0.0
     while True:
@@ -300,7 +341,11 @@ class Jobs:
     def on(cls, transport: Transport, prefer: str = "auto") -> Jobs:
         return cls(backend_for(transport, prefer), transport)
 
-    def submit(self, script: str) -> str:
+    def submit(self, script: str, mkdirs: Sequence[str] = ()) -> str:
+        """Submit `script` after creating the directories it writes into (in sbatch's own command, for the CLI)."""
+        if isinstance(self.backend, CliBackend):
+            return self.backend.submit(script, mkdirs)
+        ensure_dirs(self.transport, tuple(mkdirs))
         return self.backend.submit(script)
 
     def test_only(self, script: str) -> TestOnlyEstimate:
@@ -313,38 +358,63 @@ class Jobs:
         """Block until the job has finished; its final record (state, exit code, nodes)."""
         return self._wait(job_id, timeout)[0]
 
-    def _wait(self, job_id: str, timeout: float | None) -> tuple[JobRecord, JobInfo | None]:
-        deadline = None if timeout is None else self.clock() + timeout
+    def _wait(self, job_id: str, timeout: float | None) -> tuple[JobRecord, JobInfo | None, str | None]:
+        """The final record, the controller's view of the job if it still has one, and the job's output
+        when the waiting brought it along (None: read it separately)."""
         if isinstance(self.backend, CliBackend) and self.backend.remote:
             try:
-                if self.backend.wait_on_login(job_id, timeout):
-                    return self._final(job_id)
-                raise JobWaitTimeout(f"job {job_id} still queued or running after {timeout} s")
+                info, output = self.backend.wait_on_login(job_id, timeout)
             except TransportError:
                 pass  # the connection broke (a long job, a restarted sshd): poll from here instead
+            else:
+                if info is not None and info.record.finished:
+                    return info.record, info, output
+                if info is not None and info.record.state == "COMPLETING":
+                    # The login node has watched it complete for the whole grace already: ask accounting.
+                    since = self.clock() - COMPLETING_GRACE_S
+                    return *self._poll(job_id, self._deadline(timeout), timeout, since), None
+        return *self._poll(job_id, self._deadline(timeout), timeout), None
+
+    def _deadline(self, timeout: float | None) -> float | None:
+        return None if timeout is None else self.clock() + timeout
+
+    def _poll(
+        self, job_id: str, deadline: float | None, timeout: float | None, completing_since: float | None = None
+    ) -> tuple[JobRecord, JobInfo | None]:
+        """The controller's record of the job, asked for at poll_intervals() until it shows a final state.
+
+        Right after the end, sacct can still list a job as running, or only its first node, and drops the
+        signal of a cancelled job; the controller has all of it, so accounting is asked only when the
+        controller has forgotten the job or it has been COMPLETING for long.
+        """
         intervals = poll_intervals()
         while True:
-            state = self.backend.queue_state(job_id)
-            if state is None or state in FINISHED_QUEUE_STATES:
-                return self._final(job_id)
-            self._pause(next(intervals), deadline, f"job {job_id} still {state} after {timeout} s")
+            info = self.backend.info(job_id)
+            if info is None:
+                return self._from_accounting(job_id), None
+            if info.record.finished:
+                return info.record, info
+            if info.record.state == "COMPLETING":
+                completing_since = completing_since if completing_since is not None else self.clock()
+                record = self._accounting_after(job_id, completing_since)
+                if record is not None:
+                    return _completed_by(record, info.record), info
+            self._pause(next(intervals), deadline, f"job {job_id} still {info.record.state} after {timeout} s")
 
-    def _final(self, job_id: str) -> tuple[JobRecord, JobInfo | None]:
-        """Accounting's final record, completed by the controller's while it still knows the job.
+    def _accounting_after(self, job_id: str, completing_since: float) -> JobRecord | None:
+        if self.clock() - completing_since < COMPLETING_GRACE_S:
+            return None
+        record = self.backend.accounting(job_id)
+        return record if record is not None and record.finished else None
 
-        Right after a job ends, sacct can list only its first node (its NodeList catches up a moment
-        later) and drops the signal of a cancelled job; scontrol has both. sacct having nothing yet,
-        scontrol's record stands in for it.
-        """
+    def _from_accounting(self, job_id: str) -> JobRecord:
+        """The final record of a job the controller no longer knows: accounting's, which may lag a moment."""
         deadline = self.clock() + RECORD_GRACE_S
         intervals = poll_intervals()
         while True:
             record = self.backend.accounting(job_id)
-            info = self.backend.info(job_id)
             if record is not None and record.finished:
-                return (_completed_by(record, info.record) if info else record), info
-            if info is not None and info.record.finished:
-                return info.record, info
+                return record
             self._pause(
                 next(intervals),
                 deadline,
@@ -373,10 +443,11 @@ class Jobs:
         return self.follow(job_id, start, timeout, check=check)
 
     def follow(self, job_id: str, start: float, timeout: float | None, *, check: bool = True) -> JobOutcome:
-        record, info = self._wait(job_id, timeout)
+        record, info, output = self._wait(job_id, timeout)
         # The controller still knows the job (for MinJobAge, 300 s by default) and so its output path.
         path = info.stdout_path if info is not None and info.stdout_path else None
-        output = self.read_file(path) if path else None
+        if output is None and path:
+            output = self.read_file(path)
         outcome = JobOutcome(record, path, output, self.clock() - start)
         if check and not record.ok:
             tail = "\n".join((output or "").splitlines()[-TAIL_LINES:])
@@ -385,8 +456,7 @@ class Jobs:
 
 
 def _completed_by(accounting: JobRecord, controller: JobRecord) -> JobRecord:
-    if not controller.finished:
-        return accounting
+    """Accounting's final state with the controller's nodes (sacct's NodeList lags) and signal (sacct drops it)."""
     return replace(
         accounting,
         nodes=controller.nodes or accounting.nodes,
