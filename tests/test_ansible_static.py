@@ -338,3 +338,13 @@ def test_gres_conf_is_left_to_the_nvidia_role_on_gpu_nodes() -> None:
     assert "gres" not in wanted["slurm_compute_own_files"] and "gres" in wanted["slurm_compute_gres_file"]
     assert "hpckit_gpu_count" in wanted["slurm_compute_writes_gres"]
     assert "nvidia_gres_result" in wanted["slurm_compute_earlier_changes"]
+
+
+def test_roles_restart_for_the_keys_plan_labels_as_restarts() -> None:
+    """The roles restart the daemons for exactly the slurm.conf keys `hpckit plan` labels a restart (plus node
+    lines); any other change goes live through `scontrol reconfigure`, as plan says."""
+    from hpckit.deploy.changes import RESTART_PARAMETERS
+
+    defaults = YAML(typ="safe").load((ROLES / "slurm_common" / "defaults" / "main.yml").read_text())
+    keys = {k.lower() for k in defaults["slurm_common_restart_keys"]}
+    assert keys == RESTART_PARAMETERS | {"nodename"}
