@@ -80,6 +80,7 @@ def test_broken_blueprint_reports_every_mistake_at_its_line(data_dir: Path) -> N
         (("node[1-2]", "node_a"), "not a valid hostname"),
         (("  - name: gpu\n", "  - name: gpu\n    name: gpu2\n"), "duplicate key (first at line 7)"),
         (("count: 4", "count: four"), "valid integer"),
+        (("count: 4", "count: 4, driver: latest"), "'latest' is not a driver version"),
         (("10.77.0.[21-22]", "10.77.0.[21-23]"), "2 nodes but 3 addresses"),
         (("10.77.0.[21-22]", "10.78.0.[21-22]"), "outside the lab subnet"),
         (("{type: lab}", "{type: cloud}"), "does not match any of the expected tags"),

@@ -102,9 +102,7 @@ class Gpus(Strict):
     type: str = Field(description="a GPU type from the hardware table (key, GRES name or product name)")
     count: int = Field(ge=1, le=64)
     driver: str | None = Field(
-        None,
-        pattern=r"^[0-9]+(\.[0-9]+){1,2}$",
-        description="the NVIDIA driver version every node must run, e.g. 550.90.07 (checked, never installed)",
+        None, description="the NVIDIA driver version every node must run, e.g. 550.90.07 (checked, never installed)"
     )
     dcgm: bool = Field(False, description="install and run DCGM (nv-hostengine) on these nodes")
 
@@ -116,6 +114,13 @@ class Gpus(Strict):
         if gpu is None:
             raise ValueError(f"unknown GPU type {value!r}; known: {', '.join(sorted(table.gpus))}")
         return gpu.key
+
+    @field_validator("driver")
+    @classmethod
+    def _driver_version(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[0-9]+(\.[0-9]+){1,2}", value):
+            raise ValueError(f"{value!r} is not a driver version as nvidia-smi prints it (e.g. 550.127.08)")
+        return value
 
 
 class Infiniband(Strict):

@@ -59,8 +59,7 @@ def deploy(bp: Blueprint, tracker: Tracker, sink: EventSink, opts: DeployOptions
     target = prepare_target(bp)
     _timed(timings, "target", t0)
     record = DeploymentRecord.create(bp.cluster_name, opts.record_root)
-    inventory, extravars = build_vars(bp, target.access)
-    extravars.update(target.runtime_extravars())
+    inventory, extravars = _playbook_vars(bp, target)
     record.write_json("blueprint.json", bp.model_dump(mode="json"))
     record.write_yaml("inventory.yml", inventory)
     record.write_yaml("extravars.yml", extravars)
@@ -90,8 +89,7 @@ class PlanResult:
 def plan(bp: Blueprint, tracker: Tracker, sink: EventSink) -> PlanResult:
     """A check + diff run: what deploy would change, file by file, changing nothing."""
     target = prepare_target(bp, bring_up_lab=False)
-    inventory, extravars = build_vars(bp, target.access)
-    extravars.update(target.runtime_extravars())
+    inventory, extravars = _playbook_vars(bp, target)
     hosts = [e.name for e in host_entries(bp)]
     new = target.not_started
     if set(hosts) <= set(new):
@@ -102,6 +100,13 @@ def plan(bp: Blueprint, tracker: Tracker, sink: EventSink) -> PlanResult:
     limit = ",".join(["all", *(f"!{h}" for h in new)]) if new else None
     outcome = run_playbook(inventory, extravars, PlaybookRun(check=True, diff=True, limit=limit), sink)
     return PlanResult(outcome, new)
+
+
+def _playbook_vars(bp: Blueprint, target: Target) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The blueprint's inventory and extravars, plus what depends on the machine that deploys."""
+    inventory, extravars = build_vars(bp, target.access)
+    extravars.update(target.runtime_extravars())
+    return inventory, extravars
 
 
 def _after_playbook(bp: Blueprint, target: Target, record: DeploymentRecord, timeout: float) -> tuple[JoinReport, str]:
