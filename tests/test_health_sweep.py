@@ -5,22 +5,32 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from hpckit.cli.health import _node_json
 from hpckit.health import history, report
 from hpckit.health.config import GpuExpect, Mount, NodeConfig
+from hpckit.health.job import main as job_main
+from hpckit.health.job import node_job
 from hpckit.health.model import Row, Status
 from hpckit.health.node import NodeRunOptions, check_node
 from hpckit.health.policy import Action
 from hpckit.health.probe import ProbeError
 from hpckit.health.recorded import RecordedProbe, healthy_node
 from hpckit.health.store import Store
-from hpckit.health.sweep import JobResult, SweepOptions, SweepResult, parse_job_output, sweep
+from hpckit.health.sweep import (
+    JobResult,
+    SweepOptions,
+    SweepResult,
+    node_job_command,
+    parse_job_output,
+    sweep,
+)
 from tests.health_fakes import FakeNode, FakeSlurm
 
 NODES = ("node1", "node2", "node3", "node4")
@@ -53,8 +63,8 @@ class Lab:
         if node == "broken-job":
             return JobResult(node, [], "srun: error: Unable to create step")
         local = dataclasses.replace(self.config, state_dir=f"{self.config.state_dir}/{node}")
-        node_report = check_node(local, NodeRunOptions(tier="nightly", store=False), probe)
-        rows = parse_job_output("some login banner\n" + json.dumps(_node_json(node_report)) + "\n", node)
+        doc = node_job(local, (), probe)
+        rows = parse_job_output("some login banner\n" + json.dumps(doc) + "\n", node)
         return JobResult(node, rows, None, 0.5)
 
     def quick(self, node: str, act: bool = False) -> None:
@@ -290,3 +300,24 @@ def test_history_frame_types() -> None:
     frame = history.rows_frame([Row("a", "c", "m", Status.FAIL, None, fault="f")], "r", 1.7e9)
     assert frame.loc[0, "status"] == "FAIL" and pd.isna(frame.loc[0, "value"])
     assert list(frame.columns) == history.COLUMNS
+
+
+def test_node_job_command_is_the_lean_entry(tmp_path: Path) -> None:
+    config = NodeConfig(command=("/etc/hpckit/hpckit-health",))
+    assert node_job_command(config, ["gpu.count"]) == ["/etc/hpckit/hpckit-health", "job", "--disable", "gpu.count"]
+
+
+def test_node_job_bad_option_or_config_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as bad_option:
+        job_main(["--bogus"])
+    assert bad_option.value.code == 2
+    assert job_main(["--config", str(tmp_path / "missing.json")]) == 2
+    assert "missing.json does not exist" in capsys.readouterr().err
+
+
+def test_node_job_loads_no_cli_or_dataframe_libraries() -> None:
+    """The sweep starts one per node at once, so its imports are its start-up time."""
+    heavy = ("click", "pandas", "pyarrow", "pydantic", "hostlist")
+    code = f"import sys, hpckit.health.job; print(sorted(m for m in sys.modules if m.split('.')[0] in {heavy}))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -93,6 +93,15 @@ def _node_json(report: object) -> dict[str, object]:
     }
 
 
+@health.command("job", hidden=True, context_settings={"ignore_unknown_options": True})
+@click.argument("argv", nargs=-1, type=click.UNPROCESSED)
+def job_cmd(argv: tuple[str, ...]) -> None:
+    """The nightly tier on this node as one JSON line: what the sweep runs on each node."""
+    from hpckit.health.job import main as job_main
+
+    sys.exit(job_main(argv))
+
+
 @health.command("sweep")
 @config_option
 @store_option

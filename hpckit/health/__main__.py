@@ -2,8 +2,16 @@
 
 hpckit/cli/health.py is loaded from its file rather than imported as ``hpckit.cli.health``: importing
 the ``hpckit.cli`` package would load every other command group (blueprints, deploy, Ansible glue) on
-each quick-tier run, which Slurm starts on every node every few minutes.
+each quick-tier run, which Slurm starts on every node every few minutes. ``job``, which the nightly
+sweep starts on every node at once, skips click as well.
 """
+
+import sys
+
+if sys.argv[1:2] == ["job"]:
+    from hpckit.health.job import main
+
+    sys.exit(main(sys.argv[2:]))
 
 import importlib.util
 from pathlib import Path

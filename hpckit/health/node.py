@@ -34,7 +34,7 @@ from hpckit.health.policy import (
 )
 from hpckit.health.probe import LocalProbe, Probe
 from hpckit.health.registry import Tier, get
-from hpckit.health.runner import RunOptions, run_checks
+from hpckit.health.runner import RunOptions, check_here
 from hpckit.health.store import Store, StoreError
 from hpckit.health.store import Verdict as StoredVerdict
 from hpckit.slurm.nodes import Applied, NodeOps
@@ -78,18 +78,13 @@ def check_node(
 ) -> NodeReport:
     start = time.monotonic()
     probe = probe or LocalProbe()
-    local = LocalState(config.state_dir)
-    ctx = Context(probe, config, options.tier, local)
-    disabled = (*config.policy.disabled_checks, *options.disabled)
-    rows = run_checks(ctx, RunOptions(options.tier, disabled, options.only, options.deadline_s))
-    report = NodeReport(ctx.node, options.tier, rows)
+    run = RunOptions(options.tier, options.disabled, options.only, options.deadline_s)
+    ctx, rows, notes = check_here(config, run, probe, commit=not options.dry_run)
+    report = NodeReport(ctx.node, options.tier, rows, notes=notes)
     store = Store(config.store)
     if options.tier == "quick":
+        disabled = (*config.policy.disabled_checks, *options.disabled)
         rows += _cached_nightly(store, ctx.node, rows, disabled, options.only, report.notes)
-    if not options.dry_run:
-        local.commit()
-        if local.error:
-            report.notes.append(local.error)
     if options.act:
         _act(config, options, store, ctx, report, transport or LocalTransport(where=ctx.node))
     if options.store and not options.dry_run:

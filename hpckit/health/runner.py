@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
-from hpckit.health.context import Context
+from hpckit.health.context import Context, LocalState
 from hpckit.health.model import ABSENT, Measure, Row, Status, unknown
 from hpckit.health.registry import Check, Tier, select
+
+if TYPE_CHECKING:
+    from hpckit.health.config import NodeConfig
+    from hpckit.health.probe import Probe
 
 
 @dataclass(frozen=True)
@@ -23,6 +28,21 @@ class RunOptions:
     only: Sequence[str] = ()
     deadline_s: float = 40.0
     retries: int = 1
+
+
+def check_here(
+    config: NodeConfig, options: RunOptions, probe: Probe, commit: bool
+) -> tuple[Context, list[Row], list[str]]:
+    """The checks of a tier on this node, less those the config switches off. The node-local cursors
+    (kernel log, IB counters) move only when `commit` is true, so a dry run reads the same lines again."""
+    local = LocalState(config.state_dir)
+    ctx = Context(probe, config, options.tier, local)
+    rows = run_checks(ctx, replace(options, disabled=(*config.policy.disabled_checks, *options.disabled)))
+    notes: list[str] = []
+    if commit:
+        local.commit()
+        notes += [local.error] if local.error else []
+    return ctx, rows, notes
 
 
 def run_checks(ctx: Context, options: RunOptions) -> list[Row]:

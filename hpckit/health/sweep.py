@@ -85,7 +85,7 @@ JobRunner = Callable[[str, "str | None"], JobResult]
 
 
 def node_job_command(config: NodeConfig, disabled: Sequence[str]) -> list[str]:
-    argv = [*config.command, "check", "--tier", "nightly", "--json", "--no-store"]
+    argv = [*config.command, "job"]
     for name in disabled:
         argv += ["--disable", name]
     return argv

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hpckit.hardware import GpuType, HealthFractions
 from hpckit.health.context import Context
 from hpckit.health.gpubench import BenchReport, BenchUnavailable
 from hpckit.health.model import Bounds, Measure, absent, judge, ok
 from hpckit.health.registry import check
+
+if TYPE_CHECKING:  # the hardware table (pydantic) loads only when a GPU bench ran: node jobs start faster
+    from hpckit.hardware import GpuType, HealthFractions
 
 
 def _report(ctx: Context, metric: str) -> BenchReport | Measure | None:
