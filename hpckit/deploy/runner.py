@@ -77,8 +77,6 @@ def _envvars(run: PlaybookRun) -> dict[str, str]:
         "ANSIBLE_RETRY_FILES_ENABLED": "0",
         "PATH": _path_with_ansible(),
     }
-    if run.fact_cache is not None:
-        env["ANSIBLE_CACHE_PLUGIN_CONNECTION"] = str(run.fact_cache)
     return env
 
 
@@ -136,6 +134,9 @@ def run_playbook(
                 cancel_callback=cancel,
                 quiet=True,
                 suppress_env_files=True,
+                # runner points the jsonfile cache into its artifacts (deleted below) whatever envvars say;
+                # an absolute path here is the one place it takes another folder from.
+                fact_cache=str(run.fact_cache) if run.fact_cache is not None else None,
             )
         return RunOutcome(status=str(result.status), rc=int(result.rc or 0), events_file=keep_events)
     finally:
