@@ -301,25 +301,30 @@ def _convert(f: Field, values: pa.Array, numbers: np.ndarray | None) -> np.ndarr
 
 def bulk_tqdm(text: str, redraw: re.Pattern[str], snake: Snake) -> Bulk | None:
     """NeMo 1 tqdm refreshes (`Epoch E: ... n/N [t<eta, k=v, ...]`) in bulk, or None."""
-    found = tqdm_refreshes(pa.array([text], type=pa.large_string()), TQDM, drop_repeats=True)
-    if found is not None and found.pager_redraws:
-        # the pager's forms of a redraw, as plain carriage returns
-        text = redraw.sub("\r", text)
-        found = tqdm_refreshes(pa.array([text], type=pa.large_string()), TQDM, drop_repeats=True)
-    if found is None or len(found.lines) + found.dropped < MIN_LINES:
-        return None
     try:
+        found = _tqdm_found(text, redraw, drop_repeats=True)
+        if found is None or len(found.lines) + found.dropped < MIN_LINES:
+            return None
         cols = _tqdm_columns(found, snake)
         if found.dropped and np.isnan(cols.get("consumed_samples", np.zeros(1))).any():
             # a repeat with NaN samples counts as "logged again" (NaN != NaN): keep every repeat
-            found = tqdm_refreshes(pa.array([text], type=pa.large_string()), TQDM, drop_repeats=False)
+            found = _tqdm_found(text, redraw, drop_repeats=False)
             if found is None:
                 return None
             cols = _tqdm_columns(found, snake)
     except (_NoBulk, pa.ArrowException, ValueError, OverflowError):
-        return None
+        return None  # (a lone surrogate, which Arrow cannot hold, is a ValueError too)
     cols["line"] = found.lines
     return Bulk(pd.DataFrame(cols), [])
+
+
+def _tqdm_found(text: str, redraw: re.Pattern[str], drop_repeats: bool) -> Refreshes | None:
+    found = tqdm_refreshes(pa.array([text], type=pa.large_string()), TQDM, drop_repeats)
+    if found is not None and found.pager_redraws:
+        # the pager's forms of a redraw, as plain carriage returns
+        text = redraw.sub("\r", text)
+        found = tqdm_refreshes(pa.array([text], type=pa.large_string()), TQDM, drop_repeats)
+    return found
 
 
 def _tqdm_columns(found: Refreshes, snake: Snake) -> dict[str, np.ndarray]:
