@@ -238,19 +238,29 @@ NOTES = """How each parser reads its log (every fast path is checked against the
 tests/test_results_*.py, and falls back to it on anything it cannot read exactly):
 - nccl-tests: one regex pass picks row blocks, device blocks and the `#` lines worth reading (a
   lookahead gates each line, `.` runs to its end); each distinct header or device line is read once;
-  the rows of all runs with one layout go to one `pandas.read_csv` call, as bytes; the frame is put
-  back in file order column by column. Short runs: what is left is Python per run (~20 000 runs in
-  100 MB) and the scan itself; long runs: the C reader on the rows (about the baseline's own cost)
-  plus the scan.
+  the rows of all runs with one layout go to one `pandas.read_csv` call (C reader, split on runs of
+  blanks, so padded rows need no stripping), as bytes; the frame is put back in file order column
+  by column. Short runs: the scan regex and the Python work per match (~20 000 runs, ~170 000
+  matches in 100 MB) take most of the time; long runs: the C reader on the rows (about the
+  baseline's own cost: as many tokens as the CSV has) plus the scan.
 - NeMo 2 / Megatron: step lines are picked by Arrow kernels (split on newlines, substring tests, the
-  marker regex in RE2 for ASCII text, with Python's `\\s` spelled out) and cut by Arrow string
-  kernels, one label column at a time.
-- NeMo 1: a redraw that the next one repeats char for char is dropped before any regex (the
-  generated log draws each step twice); one `findall` per line reads the rest. The Python regex
-  still visits every character of bar and postfix (~100 MB/s) and the log is 7.5x its CSV, hence
-  the lowest ratio. Lightning's own paired redraws differ (new n, then new postfix): a real log
-  pays the regex on both.
+  marker regex in RE2 for ASCII text, with Python's `\\s` spelled out); Arrow's CSV reader cuts them
+  on `|` in one go; a column whose every piece starts with the first line's `label:` is read by
+  slicing that prefix off (the step-marker fields by RE2 extraction on the heads).
+- NeMo 1: the log is split into redraw pieces by Arrow (newlines, then carriage returns); a piece
+  that the next repeats char for char is dropped; each piece is cut at its first `[` and the head
+  tested against TQDM's part before `\\[` in RE2 (spelt with Python's Unicode `\\d`/`\\s`), which
+  is then provably the match TQDM.search finds; pieces of another shape go through TQDM itself.
+  The `k=v` postfixes are cut by Arrow's CSV reader on `,`. The generated log draws each step twice;
+  Lightning's own paired redraws differ (new n, then new postfix), so a real log reads both.
 - The cyclic garbage collector is paused while a parser runs (many small objects, no cycles).
+- Arrow hands fresh buffers back to the system between calls; on this VM the page faults of the
+  next call's buffers (a few copies of the log) are a visible part of the Arrow paths' time.
+Where the target (>= 0.5) is still missed: nccl-tests short runs spend about half their time in
+the scan regex and its Python work per match; long runs in the C reader on the rows (~80 MB
+of row text, about what the baseline reads) plus the scan; NeMo 2 in Arrow kernels that each
+copy the picked lines (split, filter, CSV cut, one prefix slice per column) and three RE2
+extractions on the heads, with the page faults of those fresh buffers.
 Timings swing 2-3x on a shared machine; the back-to-back pairs are the fairer figure.
 """
 

@@ -282,3 +282,55 @@ def test_nemo1_odd_refresh_agrees_with_exact(change: tuple[str, str], monkeypatc
     at = text.index("\n") + 1
     text = text[:at] + refresh.replace(*change) + "\r" + text[at:]
     _same(text, "nemo1", monkeypatch)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        ("7/15", "٧/15"),  # an Arabic-Indic digit: Python's \d, not Arrow's integer cast
+        (":  47%", ":\u200a 47%"),  # a Unicode blank where TQDM reads \s
+        ("Epoch 0:", "Epoch 0: 3/4 x"),  # a false n/total in the bar before the real one
+        ("[06:19", "[A06:19"),  # a pager's redraw inside a refresh
+        ("49.50]", "49.50"),  # no closing "]": TQDM may find a later one, or none
+        ("Epoch 0:", "Epoch\u20030:"),  # a Unicode blank inside the marker
+    ],
+)
+def test_nemo1_unicode_and_odd_shapes_agree_with_exact(
+    change: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refresh = _a3mega_refresh()
+    text = _tqdm_log(refresh, 120, 2)
+    at = text.index("\n") + 1
+    text = text[:at] + refresh.replace(*change) + "\r" + text[at:]
+    _same(text, "nemo1", monkeypatch)
+
+
+def test_re2_spellings_match_python_classes() -> None:
+    from hpckit.results import re2
+
+    decimals = {c for a, b in re2.PY_DECIMAL_RUNS for c in range(a, b + 1)}
+    assert decimals == {c for c in range(0x110000) if re.fullmatch(r"\d", chr(c))}
+    assert re2.re2_unicode(r"\w+") is None and re2.re2_unicode(r"[\d]") is None
+    spelt = re2.re2_unicode(r"a\s+(\d+)")
+    assert spelt is not None and r"\s" not in spelt and r"\d" not in spelt
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        ("| lr:", "| lr :"),  # a label spelt otherwise on one line: the general split decides
+        ("| lr:", "|lr:"),
+        (" | global_batch_size:", " | : 5 | global_batch_size:"),  # a piece without a label
+        (" | global_batch_size:", " | noise | global_batch_size:"),  # a piece without ":"
+    ],
+)
+def test_nemo2_odd_pieces_agree_with_exact(change: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    text = _stretch((DATA / B200).read_text(), r"(iteration\s+)(\d+)")
+    lines = text.split("\n")
+    lines[5] = lines[5].replace(*change, 1)
+    _same("\n".join(lines), "nemo2", monkeypatch)
+
+
+def test_nemo2_every_line_with_an_unlabelled_piece_agrees(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = _stretch((DATA / B200).read_text(), r"(iteration\s+)(\d+)")
+    _same(text.replace(" | global_batch_size:", " | noise | global_batch_size:"), "nemo2", monkeypatch)

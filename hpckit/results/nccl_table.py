@@ -1,6 +1,6 @@
 """The nccl-tests result table: a column schema read from the header, and rows parsed against it.
 
-Rows are parsed in bulk by pandas' C reader (whitespace-split, never fixed columns); when anything
+Rows are parsed in bulk by pandas' C reader (split on runs of blanks, never fixed columns); when anything
 looks off (a short row, a token that is not a number) the block is re-read row by row in Python,
 which is the reference behaviour and says which line is wrong.
 """
@@ -122,7 +122,7 @@ def parse_rows(schema: Schema, text: str, linenos: np.ndarray) -> Block:
     """Parse table rows (one per line of ``text``, line numbers alongside); the fast bulk path
     first, the exact row-by-row path when the bulk read looks off."""
     if len(linenos) >= FAST_MIN_ROWS:
-        block = _parse_bulk(schema, _for_reader(text), linenos)
+        block = _parse_bulk(schema, _stripped(text) if "\r" in text else text, linenos)
         if block is not None:
             return block
     return _parse_slow(schema, _stripped(text).split("\n"), linenos.tolist())
@@ -133,18 +133,6 @@ def _stripped(text: str) -> str:
     if " \n" in text or "\r" in text or "\t" in text or text.endswith(" "):
         return "\n".join(line.strip() for line in text.split("\n"))
     return text
-
-
-def _for_reader(text: str) -> str:
-    """The rows as the C reader wants them: it skips leading blanks, not trailing ones.
-
-    Trailing spaces alone (padded rows) are cut where a split on " \\n" leaves them, one Python
-    call per padded row rather than a strip per line."""
-    if "\r" in text or "\t" in text:
-        return _stripped(text)
-    if " \n" in text:
-        text = "\n".join([part.rstrip(" ") for part in text.split(" \n")])
-    return text.rstrip(" ")
 
 
 # ---------------------------------------------------------------- bulk path (pandas C reader)
@@ -163,8 +151,9 @@ def _parse_bulk(schema: Schema, body: str, linenos: np.ndarray) -> Block | None:
         # bytes: the C reader then skips its own decoding of a text stream (~20% faster)
         df = pd.read_csv(  # type: ignore[call-overload]
             io.BytesIO(body.encode()),
-            sep=" ",
-            skipinitialspace=True,
+            # blanks (spaces, tabs) around and between tokens, as str.split sees them; the C
+            # reader's own whitespace splitter needs no stripping of padded rows first
+            sep=r"\s+",
             header=None,
             dtype=dtype,
             na_values=na,

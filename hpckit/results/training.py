@@ -59,7 +59,7 @@ def parse_pipe_log(text: str, source: str, kind: str) -> ParseResult:
     """NeMo 2 and Megatron: one `... iteration N/M | label: value | ...` line per logged step."""
     marker = NEMO2_LINE if kind == "nemo2" else MEGATRON_LINE
     steps = Steps(source, kind)
-    bulk = bulk_pipe(text, marker, _snake)
+    bulk = bulk_pipe(text, marker, _snake, others=kind == "megatron")
     if bulk is not None:
         if kind == "megatron":
             for _, line in bulk.other_lines:

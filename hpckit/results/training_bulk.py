@@ -14,15 +14,17 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import pairwise
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.csv as pacsv
 
 from hpckit.results.model import NA_TOKENS, Field
-from hpckit.results.training_fields import LABELS, STEP_MARKER
+from hpckit.results.re2 import PY_WHITESPACE, re2_ascii
+from hpckit.results.training_fields import LABELS, STEP_MARKER, TQDM
+from hpckit.results.training_tqdm import Refreshes, tqdm_refreshes
 
 MIN_LINES = 64  # below this the line-by-line parser is as fast
 Snake = Callable[[str], str]
@@ -38,14 +40,19 @@ class _NoBulk(Exception):
     """Something the bulk path does not handle: the exact parser runs (and says which line)."""
 
 
-def bulk_pipe(text: str, marker: re.Pattern[str], snake: Snake) -> Bulk | None:
-    """NeMo 2 / Megatron `head | label: value | ...` step lines in bulk, or None."""
-    found = _step_lines_arrow(text, marker) or _step_lines_python(text, marker)
+def bulk_pipe(text: str, marker: re.Pattern[str], snake: Snake, others: bool = True) -> Bulk | None:
+    """NeMo 2 / Megatron `head | label: value | ...` step lines in bulk, or None.
+
+    ``others``: also collect the candidate lines that are not step lines (Megatron reads extras
+    from them)."""
+    found = _step_lines_arrow(text, marker, others) or _step_lines_python(text, marker)
     if found is None:
         return None
     step_lines, linenos, other = found
     try:
-        cols = _columns(step_lines, snake)
+        cols = None if "\r" in text else _columns_csv(step_lines, snake)
+        if cols is None:
+            cols = _columns(step_lines, snake)
     except (_NoBulk, pa.ArrowException, ValueError, OverflowError):
         return None
     cols["line"] = linenos
@@ -55,11 +62,11 @@ def bulk_pipe(text: str, marker: re.Pattern[str], snake: Snake) -> Bulk | None:
 StepLines = tuple[pa.Array, np.ndarray, list[tuple[int, str]]]  # lines, their numbers, the others
 
 
-def _step_lines_arrow(text: str, marker: re.Pattern[str]) -> StepLines | None:
+def _step_lines_arrow(text: str, marker: re.Pattern[str], others: bool = True) -> StepLines | None:
     """Step lines picked by Arrow kernels (split, substring and RE2 tests): no Python per line.
 
     Only for ASCII text and a marker that RE2 reads as Python does (see _re2_ascii)."""
-    pattern = _re2_ascii(marker.pattern) if text.isascii() else None
+    pattern = re2_ascii(marker.pattern) if text.isascii() else None
     if pattern is None:
         return None
     lines = pc.list_flatten(pc.split_pattern(pa.array([text], type=pa.large_string()), pattern="\n"))
@@ -71,9 +78,11 @@ def _step_lines_arrow(text: str, marker: re.Pattern[str]) -> StepLines | None:
     numbers = np.arange(1, len(lines) + 1, dtype=np.int64)
     if (pc.sum(step).as_py() or 0) < MIN_LINES:
         return None
-    rest = pc.and_(candidate, pc.invert(step))
-    rest_numbers = numbers[rest.to_numpy(zero_copy_only=False)].tolist()
-    other = list(zip(rest_numbers, pc.filter(lines, rest).to_pylist(), strict=True))
+    other: list[tuple[int, str]] = []
+    if others:
+        rest = pc.and_(candidate, pc.invert(step))
+        rest_numbers = numbers[rest.to_numpy(zero_copy_only=False)].tolist()
+        other = list(zip(rest_numbers, pc.filter(lines, rest).to_pylist(), strict=True))
     return pc.filter(lines, step), numbers[step.to_numpy(zero_copy_only=False)], other
 
 
@@ -93,18 +102,7 @@ def _step_lines_python(text: str, marker: re.Pattern[str]) -> StepLines | None:
     return picked, np.asarray(steps, dtype=np.int64) + 1, other
 
 
-# What Python's \s matches in ASCII text (str.isspace: \t-\r and \x1c-\x1f too); RE2's is narrower.
-_SPACE, _NOT_SPACE = r"[\t-\r\x1c- ]", r"[^\t-\r\x1c- ]"
-_RE2_UNSURE = re.compile(r"\(\?<[=!]|\(\?P=|\\\\|\\[ZAG]|\[[^\]]*\\[sS]")
-
-
-def _re2_ascii(pattern: str) -> str | None:
-    """A Python regex as RE2 must be written to match the same on ASCII text, or None when that is
-    not sure (lookbehind, back-references, \\s inside a class ...).  On ASCII text \\d, \\w, \\b and
-    "." already agree; only \\s and \\S need spelling out."""
-    if _RE2_UNSURE.search(pattern):
-        return None
-    return pattern.replace(r"\S", _NOT_SPACE).replace(r"\s", _SPACE)
+_re2_ascii = re2_ascii  # the name the tests know
 
 
 def _columns(step_lines: pa.Array, snake: Snake) -> dict[str, np.ndarray]:
@@ -118,6 +116,66 @@ def _columns(step_lines: pa.Array, snake: Snake) -> dict[str, np.ndarray]:
     for j in range(starts.shape[1]):
         label = _label(pc.take(pieces, pa.array(starts[:, j])))
         cols.update(_column(label, _strip(pc.take(pieces, pa.array(starts[:, j] + 1))), snake))
+    return cols
+
+
+def _columns_csv(step_lines: pa.Array, snake: Snake) -> dict[str, np.ndarray] | None:
+    """NeMo 2 / Megatron columns read with Arrow's CSV reader (see _labelled), or None."""
+    table = _read_pieces(step_lines, "|")
+    if table is None:
+        return None
+    cols = _head_columns(table.column(0))
+    labelled = _labelled(table, 1, ":", snake)
+    if labelled is None:
+        return None
+    cols.update(labelled)
+    return cols
+
+
+def _read_pieces(lines: pa.Array, delimiter: str) -> pa.Table | None:
+    """The lines cut on ``delimiter`` into string columns, verbatim (no quoting, no nulls), as many
+    as the first line has; None when another line has another count (the reader fails).
+
+    Arrow's CSV reader (threaded, in C++) cuts every line in one go.  Needs lines without "\r"
+    (the reader ends rows there too)."""
+    first = str(lines[0].as_py())
+    if first.startswith("\ufeff"):
+        return None  # the reader would drop it
+    rows = pa.LargeListArray.from_arrays(pa.array([0, len(lines)], type=pa.int64()), lines)
+    body = pc.binary_join(rows, pa.scalar("\n", pa.large_string()))[0].as_buffer()
+    names = [f"c{i}" for i in range(first.count(delimiter) + 1)]
+    try:
+        table = pacsv.read_csv(
+            pa.BufferReader(body),
+            read_options=pacsv.ReadOptions(column_names=names),
+            parse_options=pacsv.ParseOptions(delimiter=delimiter, quote_char=False, ignore_empty_lines=False),
+            convert_options=pacsv.ConvertOptions(column_types=dict.fromkeys(names, pa.large_string())),
+        )
+    except pa.ArrowInvalid:
+        return None  # a line with another count of the delimiter
+    return table if table.num_rows == len(lines) else None
+
+
+def _labelled(table: pa.Table, start: int, sep: str, snake: Snake) -> dict[str, np.ndarray] | None:
+    """The `label<sep>value` columns of the table from ``start`` on, when every line spells each
+    label exactly as the first line does; None otherwise (the general split then decides).
+
+    A piece of column j is then `<label j><sep><value>` on every line (one starts_with test per
+    column), so the value is what follows that prefix, which is what partition(sep) gives.  A
+    column without ``sep`` on any line is left out, as the exact parsers leave such pieces out."""
+    cols: dict[str, np.ndarray] = {}
+    for j in range(start, table.num_columns):
+        piece = table.column(j)  # chunked as read: the kernels take it as it is
+        first = str(piece[0].as_py())
+        if sep not in first:
+            if pc.any(pc.match_substring(piece, sep)).as_py():
+                return None
+            continue
+        prefix = first.partition(sep)[0] + sep
+        if not pc.all(pc.starts_with(piece, prefix)).as_py():
+            return None
+        value = _strip(pc.utf8_slice_codeunits(piece, len(prefix)))
+        cols.update(_column(prefix[: -len(sep)].strip(), value, snake))
     return cols
 
 
@@ -156,11 +214,6 @@ def _label(labels: pa.Array) -> str:
     return first.strip()
 
 
-# Exactly the characters str.strip() removes (str.isspace), so that Arrow trims as the exact parser.
-PY_WHITESPACE = "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B)))
-PY_WHITESPACE += "\u2028\u2029\u202f\u205f\u3000"
-
-
 def _strip(values: pa.Array) -> pa.Array:
     return pc.utf8_trim(values, characters=PY_WHITESPACE)
 
@@ -168,11 +221,16 @@ def _strip(values: pa.Array) -> pa.Array:
 def _head_columns(heads: pa.Array) -> dict[str, np.ndarray]:
     """Step-marker fields (step, epoch, total, timestamp) of every line's head."""
     cols: dict[str, np.ndarray] = {}
-    joined = "\n".join(heads.to_pylist())
+    if not pc.all(pc.string_is_ascii(heads)).as_py():
+        raise _NoBulk("non-ASCII heads")  # RE2's \d and \s are ASCII-only, Python's are not
+    first = str(heads[0].as_py())
     for f in STEP_MARKER:
-        if f.pattern.search(joined) is None:
-            continue  # in no head (one C search over them all; an RE2 pass costs a call per head)
-        found = pc.struct_field(pc.extract_regex(heads, f.regex.replace("(", "(?P<v>", 1)), [0])
+        pattern = re2_ascii(f.regex)
+        if pattern is None:
+            raise _NoBulk(f"{f.name}: no RE2 spelling")
+        if f.pattern.search(first) is None and not pc.any(pc.match_substring_regex(heads, pattern)).as_py():
+            continue  # in no head (the test alone is cheaper than an extraction)
+        found = pc.struct_field(pc.extract_regex(heads, pattern.replace("(", "(?P<v>", 1)), [0])
         nulls = found.null_count
         if nulls == len(heads):
             continue
@@ -192,6 +250,8 @@ def _ints(values: pa.Array) -> np.ndarray:
 def _column(label: str, values: pa.Array, snake: Snake) -> dict[str, np.ndarray]:
     """{name: values} for one label; empty for an unknown label that is never a number."""
     f = LABELS.lookup(label)
+    if f is None and not label:
+        return {}  # a figure without a label: the exact parser leaves it out
     numbers = _floats(values)
     if f is None:
         if numbers is not None:
@@ -238,91 +298,55 @@ def _convert(f: Field, values: pa.Array, numbers: np.ndarray | None) -> np.ndarr
 
 # ---------------------------------------------------------------- NeMo 1 tqdm
 
-# One whole refresh: "Epoch E:", the bar, "n/total [", the postfix up to "]" and the rest of the
-# refresh; nothing crosses "\r" or "\n", the ends of a refresh, nor the bar its first "[".  The lazy
-# bar takes the leftmost n/total, as TQDM's ".*?" does.  One findall per line reads every refresh
-# in C; the count check in _refreshes makes sure each is what TQDM.search would find.
-_REFRESH = re.compile(r"Epoch[^\S\r\n]+(\d+):[^\r\n\[]*?(\d+)/(\d+|\?)[^\S\r\n]*\[([^\]\r\n]*+)\][^\r\n]*+")
-_MARKER = re.compile(r"Epoch[^\S\r\n]+\d+:")
-Refresh = tuple[str, str, str, str]  # epoch, n, total, postfix
-
-
-@dataclass
-class _Refreshes:
-    found: list[Refresh]  # per refresh kept, in file order
-    lines: list[int]
-    dropped: int  # refreshes left out because the next one repeats them exactly
-
 
 def bulk_tqdm(text: str, redraw: re.Pattern[str], snake: Snake) -> Bulk | None:
     """NeMo 1 tqdm refreshes (`Epoch E: ... n/N [t<eta, k=v, ...]`) in bulk, or None."""
-    refreshes = _refreshes(text, redraw, drop_repeats=True)
-    if refreshes is None or len(refreshes.found) + refreshes.dropped < MIN_LINES:
-        return None
     try:
-        cols = _tqdm_columns(refreshes.found, snake)
-        if refreshes.dropped and np.isnan(cols.get("consumed_samples", np.zeros(1))).any():
+        found = _tqdm_found(text, redraw, drop_repeats=True)
+        if found is None or len(found.lines) + found.dropped < MIN_LINES:
+            return None
+        cols = _tqdm_columns(found, snake)
+        if found.dropped and np.isnan(cols.get("consumed_samples", np.zeros(1))).any():
             # a repeat with NaN samples counts as "logged again" (NaN != NaN): keep every repeat
-            refreshes = _refreshes(text, redraw, drop_repeats=False)
-            assert refreshes is not None
-            cols = _tqdm_columns(refreshes.found, snake)
+            found = _tqdm_found(text, redraw, drop_repeats=False)
+            if found is None:
+                return None
+            cols = _tqdm_columns(found, snake)
     except (_NoBulk, pa.ArrowException, ValueError, OverflowError):
-        return None
-    cols["line"] = np.asarray(refreshes.lines, dtype=np.int64)
+        return None  # (a lone surrogate, which Arrow cannot hold, is a ValueError too)
+    cols["line"] = found.lines
     return Bulk(pd.DataFrame(cols), [])
 
 
-def _refreshes(text: str, redraw: re.Pattern[str], drop_repeats: bool) -> _Refreshes | None:
-    """Every refresh, or None when one might read differently than TQDM.search reads it."""
-    if "^M" in text or "[A" in text:
-        text = redraw.sub("\r", text)  # the pager's forms of a redraw, as plain carriage returns
-    found: list[Refresh] = []
-    lines: list[int] = []
-    dropped = 0
-    for lineno, line in enumerate(text.split("\n"), 1):
-        if "Epoch" not in line:
-            continue
-        if drop_repeats and "\r" in line:
-            line, skipped = _without_repeats(line)
-            dropped += skipped
-        hits = _REFRESH.findall(line)
-        # Each refresh runs to the end of its segment, so equal counts mean one refresh per
-        # "Epoch E:" and none missed (a bar with "[" before n/total would be): else the exact
-        # parser decides.
-        if len(hits) != line.count("Epoch") and len(hits) != len(_MARKER.findall(line)):
-            return None
-        found += hits
-        lines += [lineno] * len(hits)
-    return _Refreshes(found, lines, dropped)
+def _tqdm_found(text: str, redraw: re.Pattern[str], drop_repeats: bool) -> Refreshes | None:
+    found = tqdm_refreshes(pa.array([text], type=pa.large_string()), TQDM, drop_repeats)
+    if found is not None and found.pager_redraws:
+        # the pager's forms of a redraw, as plain carriage returns
+        text = redraw.sub("\r", text)
+        found = tqdm_refreshes(pa.array([text], type=pa.large_string()), TQDM, drop_repeats)
+    return found
 
 
-def _without_repeats(line: str) -> tuple[str, int]:
-    """The line without redraws that the next redraw repeats char for char, and how many went.
-
-    Such a redraw is superseded before it is read: the exact parser keeps the last record of a step,
-    and the repeat gives the same record on the same line.  Skipping it here spares the regex its
-    characters (a split, a comparison per redraw and a join, all in C or nearly)."""
-    segments = line.split("\r")
-    kept = [a for a, b in pairwise(segments) if a != b]
-    kept.append(segments[-1])
-    return "\r".join(kept), len(segments) - len(kept)
-
-
-def _tqdm_columns(found: list[Refresh], snake: Snake) -> dict[str, np.ndarray]:
-    n = len(found)
-    epoch, batch, total, postfixes = zip(*found, strict=True)
+def _tqdm_columns(found: Refreshes, snake: Snake) -> dict[str, np.ndarray]:
+    n = len(found.lines)
     # parsed by Arrow's cast; a "?" total (or a digit Arrow does not read) fails it: exact parser
     cols: dict[str, np.ndarray] = {
-        "epoch": _ints(pa.array(epoch, type=pa.string())),
-        "batch": _ints(pa.array(batch, type=pa.string())),
-        "total_steps": _ints(pa.array(total, type=pa.string())),
+        "epoch": _ints(found.epoch),
+        "batch": _ints(found.n),
+        "total_steps": _ints(found.total),
     }
-    split = pc.split_pattern(pa.array(postfixes, type=pa.large_string()), pattern=",")
+    table = _read_pieces(found.postfix, ",") if n else None
+    labelled = None if table is None else _labelled(table, 0, "=", snake)
+    if labelled is not None and labelled:
+        cols.update(labelled)
+        cols["step"] = _tqdm_steps(cols)
+        return cols
+    split = pc.split_pattern(found.postfix, pattern=",")
     pieces = pc.list_flatten(split)
     has_value = np.asarray(pc.match_substring(pieces, "=").to_numpy(zero_copy_only=False), dtype=bool)
     # the same number of k=v items on every line, or the grid below would mix lines
     per_line = np.add.reduceat(has_value, np.asarray(split.offsets)[:-1]) if len(pieces) else np.zeros(n)
-    if (per_line != per_line[0]).any() or not per_line[0]:
+    if not n or (per_line != per_line[0]).any() or not per_line[0]:
         raise _NoBulk("postfixes differ")
     kv = pc.split_pattern(pc.filter(pieces, pa.array(has_value)), pattern="=", max_splits=1)
     flat = pc.list_flatten(kv)
