@@ -117,6 +117,7 @@ def test_boot_script_mounts_private_views_and_fake_gpus() -> None:
     assert "mkdir -m 1777 /run/lock" in gpu_script
     assert "/var/lib/hpckit/lab/unit/shared/shared /shared" in gpu_script
     assert "lowerdir=/etc,upperdir=/var/lib/hpckit/lab/unit/nodes/node1/layers/etc/upper" in gpu_script
+    assert 'mount --bind "/etc/skel/$f" "/root/$f"' in gpu_script  # not the host's own shell start-up
     assert gpu_script.rstrip().endswith("exec tini -- sleep infinity")
 
 
