@@ -22,12 +22,12 @@ import re
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 # one token of a run-shaped pattern: a digit atom, or a non-digit atom and its quantifier
 _NON_DIGIT = r"\\s|\\ |\\[^\w\s]|\[[A-Za-z]+\]|[A-Za-z ,;:/=_%#@!&'<>~-]"  # \s, an escape, letters, a literal
 _TOKEN = re.compile(rf"(?P<digits>\(\\d\+\)|\\d\+)|(?:{_NON_DIGIT})(?P<q>[+*?]?)")
 _DIGITS = re.compile(r"[0-9]+")
-MAX_DIGITS = 18  # every such run fits an int64
 
 
 def run_shaped(pattern: str) -> bool:
@@ -61,7 +61,7 @@ def run_index(pattern: re.Pattern[str], first: str) -> int | None:
 
 def digit_runs(strings: pa.Array) -> np.ndarray | None:
     """(strings, runs) int64: every digit run of every string, when all strings are ASCII text of
-    one skeleton with runs of at most 18 digits; None otherwise.
+    one skeleton and every run fits an int64; None otherwise.
 
     Few and small temporaries (a byte mask or two of the text, arrays per run, not per byte):
     numpy's big arrays come as fresh pages from the system, whose faults cost as much as the work."""
@@ -73,28 +73,26 @@ def digit_runs(strings: pa.Array) -> np.ndarray | None:
     bounds = offsets - offsets[0]
     if (np.diff(bounds) == 0).any() or data.max() >= 128:
         return None  # an empty string (reduceat below needs none) or non-ASCII text
-    digit = _IS_DIGIT[data]
-    starts = _run_starts(digit, bounds)
+    digit = (data - 48) < 10  # uint8 wraps: only b"0".."9" stay below 10
+    starts, ends = _run_edges(digit, bounds)
     if not _one_skeleton(data, digit, starts, bounds):
         return None
-    first = np.flatnonzero(starts)
-    if len(first) % (len(bounds) - 1):
-        return None
-    per_string = len(first) // (len(bounds) - 1)  # the same on every string (one skeleton)
-    values = _run_values(data, digit, first, np.repeat(bounds[1:], per_string))
-    return None if values is None else values.reshape(len(bounds) - 1, per_string)
+    first, last = np.flatnonzero(starts), np.flatnonzero(ends)
+    if len(first) % (len(bounds) - 1) or not len(first):
+        return None  # (no run at all: nothing to read)
+    values = _run_values(arr, offsets[0], first, last)
+    return None if values is None else values.reshape(len(bounds) - 1, len(first) // (len(bounds) - 1))
 
 
-_IS_DIGIT = np.zeros(256, dtype=bool)
-_IS_DIGIT[48:58] = True
-
-
-def _run_starts(digit: np.ndarray, bounds: np.ndarray) -> np.ndarray:
-    """Mask of the first digit of every run; a run never spans two strings."""
+def _run_edges(digit: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Masks of the first and the last digit of every run; a run never spans two strings."""
     starts = digit.copy()
     starts[1:] &= ~digit[:-1]
     starts[bounds[:-1]] = digit[bounds[:-1]]
-    return starts
+    ends = digit.copy()
+    ends[:-1] &= ~digit[1:]
+    ends[bounds[1:] - 1] = digit[bounds[1:] - 1]
+    return starts, ends
 
 
 def _one_skeleton(data: np.ndarray, digit: np.ndarray, starts: np.ndarray, bounds: np.ndarray) -> bool:
@@ -110,18 +108,18 @@ def _one_skeleton(data: np.ndarray, digit: np.ndarray, starts: np.ndarray, bound
     return bool((table == table[0]).all())
 
 
-def _run_values(data: np.ndarray, digit: np.ndarray, first: np.ndarray, ends: np.ndarray) -> np.ndarray | None:
-    """The value of every run, one digit place at a time (runs are short: a few passes); a run
-    stops at a non-digit or at the end of its string (``ends``: where that is, per run)."""
-    values = np.zeros(len(first), dtype=np.int64)
-    going = np.ones(len(first), dtype=bool)
-    at = first.copy()
-    last = len(data) - 1
-    for _ in range(MAX_DIGITS + 1):
-        going &= at < ends
-        going &= digit[np.minimum(at, last)]
-        if not going.any():
-            return values
-        values[going] = values[going] * 10 + (data[at[going]] - 48)
-        at += 1
-    return None  # a run of more than 18 digits
+def _run_values(arr: pa.Array, base: int, first: np.ndarray, last: np.ndarray) -> np.ndarray | None:
+    """The runs as numbers: Arrow's integer cast on string views of the runs (every other string
+    of an array whose offsets are the runs' edges), which reads digits as int() does; None when
+    one does not fit an int64."""
+    edges = np.empty(2 * len(first) + 1, dtype=np.int64)
+    edges[0:-1:2] = first + base
+    edges[1::2] = last + 1 + base
+    edges[-1] = edges[-2]
+    spans = pa.LargeStringArray.from_buffers(len(edges) - 1, pa.py_buffer(edges), arr.buffers()[2])
+    runs = pc.take(spans, pa.array(np.arange(0, len(edges) - 1, 2)))
+    try:
+        values: np.ndarray = pc.cast(runs, pa.int64()).to_numpy()
+    except pa.ArrowInvalid:
+        return None
+    return values

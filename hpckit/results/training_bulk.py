@@ -71,20 +71,35 @@ def _step_lines_arrow(text: str, marker: re.Pattern[str], others: bool = True) -
     if pattern is None:
         return None
     lines = pc.list_flatten(pc.split_pattern(pa.array([text], type=pa.large_string()), pattern="\n"))
-    candidate = pc.and_(pc.match_substring(lines, "iteration"), pc.match_substring(lines, "|"))
     try:
-        step = pc.and_(candidate, pc.match_substring_regex(lines, pattern))
+        marked = pc.match_substring_regex(lines, pattern)
     except pa.ArrowInvalid:
         return None  # RE2 cannot read it after all: Python picks the lines
+    if not others:
+        return _marked_step_lines(lines, marked)
+    candidate = pc.and_(pc.match_substring(lines, "iteration"), pc.match_substring(lines, "|"))
+    step = pc.and_(candidate, marked)
     numbers = np.arange(1, len(lines) + 1, dtype=np.int64)
     if (pc.sum(step).as_py() or 0) < MIN_LINES:
         return None
-    other: list[tuple[int, str]] = []
-    if others:
-        rest = pc.and_(candidate, pc.invert(step))
-        rest_numbers = numbers[rest.to_numpy(zero_copy_only=False)].tolist()
-        other = list(zip(rest_numbers, pc.filter(lines, rest).to_pylist(), strict=True))
+    rest = pc.and_(candidate, pc.invert(step))
+    rest_numbers = numbers[rest.to_numpy(zero_copy_only=False)].tolist()
+    other = list(zip(rest_numbers, pc.filter(lines, rest).to_pylist(), strict=True))
     return pc.filter(lines, step), numbers[step.to_numpy(zero_copy_only=False)], other
+
+
+def _marked_step_lines(lines: pa.Array, marked: pa.Array) -> StepLines | None:
+    """The marked lines that are candidates too ("iteration" and "|"): tested on the few marked
+    lines rather than on every line of the log."""
+    where = np.flatnonzero(marked.to_numpy(zero_copy_only=False))
+    picked = pc.filter(lines, marked)
+    candidate = pc.and_(pc.match_substring(picked, "iteration"), pc.match_substring(picked, "|"))
+    if not pc.all(candidate).as_py():
+        where = where[candidate.to_numpy(zero_copy_only=False)]
+        picked = pc.filter(picked, candidate)
+    if len(where) < MIN_LINES:
+        return None
+    return picked, where + 1, []
 
 
 def _step_lines_python(text: str, marker: re.Pattern[str]) -> StepLines | None:
