@@ -362,3 +362,45 @@ def test_a_bad_padded_row_is_reported_as_printed() -> None:
     with pytest.raises(ParseError) as exc:
         parse_text("\n".join(lines), "nccl-tests", source="bad.txt")
     assert exc.value.lineno == 29 and exc.value.line.startswith("256") and "12x.6" in exc.value.line
+
+
+# ---------------------------------------------------------------- Arrow finds the lines SCAN finds
+
+NCCL_SAMPLES = sorted(p.name for p in DATA.glob("*.txt") if "nccl-tests" in p.name or p.name.startswith("all_"))
+
+
+def _line_matches(text: str) -> object:
+    from hpckit.results import nccl_lines
+    from hpckit.results import nccl_scan as ns
+
+    return nccl_lines.line_matches(text, ns._ROW_TEST, ns._HASH_START, ns._DEVICE_TEST, ns._HASH_TEST)
+
+
+@pytest.mark.parametrize("name", NCCL_SAMPLES)
+def test_arrow_line_matches_are_scans(name: str) -> None:
+    from hpckit.results.nccl_scan import _scan_matches
+
+    text = (DATA / name).read_text()
+    if text.isascii():
+        assert _line_matches(text) == list(_scan_matches(text))
+    else:
+        assert _line_matches(text) is None
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        "",
+        "\n\n",
+        "# nThread 1\n",
+        "  8  2 float sum -1  1.0  0.0  0.0  0\r\n  16  4 float sum -1 1.0 0.0 0.0 0\n"
+        "#  Rank  0 Group  0 Pid 1 on h device  0\n",
+        "[1,0]<stdout>:#  Rank  0 Pid 1 on h device 0\n[1,1]<stdout>:#  Rank  1 Pid 2 on h device 1\nx\n",
+        "  3: # nThread 1\n 12: 1024 256 float sum -1 1 2 3 0\n0: 8 2 float\n#size count\n# Rankx\n",
+        "#\tsize\tcount\n9\t1\n#Avg bus bandwidth : 1\n",
+    ],
+)
+def test_arrow_line_matches_on_odd_lines(odd: str) -> None:
+    from hpckit.results.nccl_scan import _scan_matches
+
+    assert _line_matches(odd) == list(_scan_matches(odd))
