@@ -95,9 +95,8 @@ def _frame(sc: Scan) -> tuple[pd.DataFrame, bool]:
     partial = False
     for schema, runs in groups.values():
         chunks = [(run.index, c) for run in runs for c in run.chunks]
-        text = "\n".join(c.text for _, c in chunks)
         linenos, owner = _numbering(chunks)
-        block = parse_rows(schema, text, linenos)
+        block = parse_rows(schema, [c.text for _, c in chunks], linenos)
         if block.bad:
             partial |= _bad_rows(sc, block, dict(zip(linenos.tolist(), owner.tolist(), strict=True)))
         parts.append(_melt(block, schema, owner[block.index]))
@@ -210,7 +209,9 @@ def _concat(parts: list[dict[str, Column]]) -> pd.DataFrame:
         # layouts were read apart: back to file order, column by column before the frame exists
         # (cheaper than reordering the frame's consolidated blocks)
         cols = {c: _take(v, sort) for c, v in cols.items()}
-    return pd.DataFrame({c: cols[c] for c in order})
+    # copy=False: one block per column, as built, rather than a copy of them all into blocks
+    # by dtype (tens of MB of fresh pages for a long log)
+    return pd.DataFrame({c: cols[c] for c in order}, copy=False)
 
 
 def _take(values: object, order: np.ndarray) -> object:

@@ -57,7 +57,7 @@ def bulk_pipe(text: str, marker: re.Pattern[str], snake: Snake, others: bool = T
     except (_NoBulk, pa.ArrowException, ValueError, OverflowError):
         return None
     cols["line"] = linenos
-    return Bulk(pd.DataFrame(cols), other)
+    return Bulk(pd.DataFrame(cols, copy=False), other)  # (no copy into blocks: the dedupe copies)
 
 
 StepLines = tuple[pa.Array, np.ndarray, list[tuple[int, str]]]  # lines, their numbers, the others
@@ -348,7 +348,7 @@ def bulk_tqdm(text: str, redraw: re.Pattern[str], snake: Snake) -> Bulk | None:
     except (_NoBulk, pa.ArrowException, ValueError, OverflowError):
         return None  # (a lone surrogate, which Arrow cannot hold, is a ValueError too)
     cols["line"] = found.lines
-    return Bulk(pd.DataFrame(cols), [])
+    return Bulk(pd.DataFrame(cols, copy=False), [])
 
 
 def _tqdm_found(text: str, redraw: re.Pattern[str], drop_repeats: bool) -> Refreshes | None:
