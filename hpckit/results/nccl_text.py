@@ -194,24 +194,44 @@ def _join(pieces: list[Column]) -> Column:
 def _concat(parts: list[dict[str, Column]]) -> pd.DataFrame:
     """Build the frame once from every layout's columns, in file order (run, then line)."""
     names = list(dict.fromkeys(k for part in parts for k in part))
+    run = np.concatenate([np.asarray(part["run"]) for part in parts])
+    n = len(run)
+    sort = np.lexsort((np.concatenate([np.asarray(part["line"]) for part in parts]), run))
+    # layouts read apart go back to file order column by column, before the frame exists (cheaper
+    # than reordering the frame's blocks): each numeric column is written once, in place
+    where = None if np.array_equal(sort, np.arange(n)) else np.empty(n, dtype=np.int64)
+    if where is not None:
+        where[sort] = np.arange(n)
     cols: dict[str, object] = {}
     for name in names:
         like = next(part[name] for part in parts if name in part)
-        cols[name] = _join([part.get(name, _filler(len(part["run"]), like)) for part in parts])
-    n = len(cols["run"])  # type: ignore[arg-type]
+        pieces = [part.get(name, _filler(len(part["run"]), like)) for part in parts]
+        arrays = [piece for piece in pieces if isinstance(piece, np.ndarray)]
+        if where is None:
+            cols[name] = _join(pieces)
+        elif len(arrays) == len(pieces):
+            cols[name] = _scatter(arrays, where)
+        else:
+            cols[name] = _take(_join(pieces), sort)
     cols["collective"] = pd.Categorical.from_codes(np.full(n, -1, dtype=np.int8), categories=pd.Index([], dtype=str))
     cols["root"] = pd.array(np.asarray(cols["root"], dtype=np.float64), dtype="Int64")  # NaN -> <NA>
     cols.setdefault("wrong", np.full(n, np.nan))
     front = [c for c in FRAME_COLUMNS if c in cols]
     order = [*front, *(c for c in cols if c not in front and c != "line"), "line"]
-    sort = np.lexsort((np.asarray(cols["line"]), np.asarray(cols["run"])))
-    if not np.array_equal(sort, np.arange(n)):
-        # layouts were read apart: back to file order, column by column before the frame exists
-        # (cheaper than reordering the frame's consolidated blocks)
-        cols = {c: _take(v, sort) for c, v in cols.items()}
     # copy=False: one block per column, as built, rather than a copy of them all into blocks
     # by dtype (tens of MB of fresh pages for a long log)
     return pd.DataFrame({c: cols[c] for c in order}, copy=False)
+
+
+def _scatter(pieces: list[np.ndarray], where: np.ndarray) -> np.ndarray:
+    """The pieces one after another, each row put at ``where`` (what np.concatenate and then a
+    take would give, in one array)."""
+    out = np.empty(len(where), dtype=np.result_type(*pieces))
+    at = 0
+    for piece in pieces:
+        out[where[at : at + len(piece)]] = piece
+        at += len(piece)
+    return out
 
 
 def _take(values: object, order: np.ndarray) -> object:
