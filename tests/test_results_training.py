@@ -455,3 +455,14 @@ def test_marked_step_lines_as_python_picks_them() -> None:
     assert arrow is not None and python is not None
     assert arrow[0].to_pylist() == python[0].to_pylist()
     assert arrow[1].tolist() == python[1].tolist()
+
+
+@pytest.mark.parametrize("change", [("| lr: ", "| lr: "), ("| lr: ", "| lr: 1:2 "), ("| lr: ", "| lr: N/A")])
+def test_nemo2_single_read_in_blocks_agrees(change: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from hpckit.results import pieces
+
+    monkeypatch.setattr(pieces, "BLOCK_LINES", 7)  # many blocks, the odd line in one of them
+    text = _stretch((DATA / B200).read_text(), r"(iteration\s+)(\d+)")
+    lines = text.split("\n")
+    lines[100] = lines[100].replace(*change, 1)
+    _same("\n".join(lines), "nemo2", monkeypatch)

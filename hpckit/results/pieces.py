@@ -92,24 +92,17 @@ def read_labelled(
     pieces = first.split(delimiter)
     labels = [p.partition(sep)[0] if sep in p else None for p in pieces[start:]]
     named = [label for label in labels if label is not None]
-    rows = pa.LargeListArray.from_arrays(pa.array([0, len(lines)], type=pa.int64()), lines)
-    # one string, worked on by Arrow: its pool keeps its pages between calls, where Python's
-    # bytes of this size would be fresh pages (page faults) every time
-    text = pc.binary_join(rows, pa.scalar("\n", pa.large_string()))  # one string
-    body = pc.replace_substring(text, sep, sep + delimiter)
-    # each sep grew by the delimiter: the growth counts them (Arrow's own count is a slow search)
-    grown = pc.binary_length(body)[0].as_py() - pc.binary_length(text)[0].as_py()
-    if not named or grown != len(lines) * len(named) * len(delimiter):
-        return None  # a sep in a value or a head, or twice in a piece: the cut would shift fields
+    if not named:
+        return None
     names = [f"h{i}" for i in range(start)]
     for j, label in enumerate(labels):
         names += [f"u{j}"] if label is None else [f"l{j}", f"v{j}"]
     wanted = [n for n in names if n[0] != "u"]
     as_float = {f"v{j}": floats(label.strip()) for j, label in enumerate(labels) if label is not None}
-    buffer = body[0].as_buffer()
-    table = _read(buffer, delimiter, names, {n: as_float.get(n, False) for n in wanted})
-    if table is None and any(as_float.values()):
-        table = _read(buffer, delimiter, names, dict.fromkeys(wanted, False))  # a value that is no float
+    cut = _Cut(sep, delimiter, len(named), names)
+    table = cut.read_all(lines, {n: as_float.get(n, False) for n in wanted})
+    if table is None and not cut.misplaced and any(as_float.values()):
+        table = cut.read_all(lines, dict.fromkeys(wanted, False))  # a value that is no float
     if table is None or table.num_rows != len(lines):
         return None
     for j, label in enumerate(labels):
@@ -117,3 +110,44 @@ def read_labelled(
             return None
     values = [(label.strip(), table.column(f"v{j}")) for j, label in enumerate(labels) if label is not None]
     return Labelled([table.column(f"h{i}") for i in range(start)], values)
+
+
+# Lines per text handed to the reader: a few MB, which Arrow's pool keeps between calls, where a
+# text of a whole long log is a fresh allocation (page faults) every time.
+BLOCK_LINES = 32768
+
+
+@dataclass
+class _Cut:
+    """How the lines are cut: the delimiter written after every ``sep``, then read, block by block
+    (each block's text is freed before the next is made, so that the pool reuses its pages)."""
+
+    sep: str
+    delimiter: str
+    labels: int  # seps per line
+    names: list[str]
+    misplaced: bool = False  # a sep elsewhere than right after a label: no read can do
+
+    def read_all(self, lines: pa.Array, floats: dict[str, bool]) -> pa.Table | None:
+        tables = []
+        for at in range(0, len(lines), BLOCK_LINES):
+            body = self._body(lines.slice(at, BLOCK_LINES))
+            table = None if body is None else _read(body, self.delimiter, self.names, floats)
+            if table is None:
+                return None
+            tables.append(table)
+        return pa.concat_tables(tables)
+
+    def _body(self, lines: pa.Array) -> pa.Buffer | None:
+        """The lines as one text, the delimiter written after every sep; None unless that makes
+        exactly one per label of each line (module docstring)."""
+        rows = pa.LargeListArray.from_arrays(pa.array([0, len(lines)], type=pa.int64()), lines)
+        text = pc.binary_join(rows, pa.scalar("\n", pa.large_string()))  # one string
+        body = pc.replace_substring(text, self.sep, self.sep + self.delimiter)
+        # each sep grew by the delimiter: the growth counts them (Arrow's own count is a slow search)
+        grown = pc.binary_length(body)[0].as_py() - pc.binary_length(text)[0].as_py()
+        if grown != len(lines) * self.labels * len(self.delimiter):
+            self.misplaced = True  # a sep in a value or a head, or twice in a piece: fields would shift
+            return None
+        buffer: pa.Buffer = body[0].as_buffer()
+        return buffer
