@@ -31,21 +31,55 @@ def unsplittable(pieces: list[str]) -> bool:
     return any(not piece.isascii() or any(c in piece for c in _OTHER_BLANKS) for piece in pieces)
 
 
-def row_columns(body: pa.Buffer, fields: list[Field], rows: int) -> list[Column] | None:
-    """The token columns of ``rows`` newline-separated rows of len(fields) tokens each, or None."""
-    one = pa.LargeStringArray.from_buffers(1, pa.py_buffer(np.array([0, body.size], dtype=np.int64)), body)
-    lines = pc.list_flatten(pc.split_pattern(one, pattern="\n"))
+# Text per block of rows: a few MB, which Arrow's pool keeps between blocks and calls, where the
+# rows of a whole long log would be fresh pages (page faults) every time.
+BLOCK_CHARS = 4_000_000
+
+
+def row_columns(pieces: list[str], fields: list[Field], rows: int) -> list[Column] | None:
+    """The token columns of ``rows`` rows of len(fields) tokens each (the lines of the pieces),
+    read a block of pieces at a time; None when a row has another count or a token does not
+    cast."""
+    blocks: list[list[Column]] = []
+    at, lines = 0, 0
+    while at < len(pieces):
+        size, end = 0, at
+        while end < len(pieces) and (end == at or size + len(pieces[end]) <= BLOCK_CHARS):
+            size += len(pieces[end])
+            end += 1
+        block = _block_columns(pa.array(pieces[at:end], type=pa.large_string()), fields)
+        if block is None:
+            return None
+        lines += len(block[0])  # type: ignore[arg-type]
+        blocks.append(block)
+        at = end
+    if lines != rows or not blocks:
+        return None
+    return [_joined([b[j] for b in blocks]) for j in range(len(fields))]
+
+
+def _joined(parts: list[Column]) -> Column:
+    """One column from its blocks: text columns become one categorical."""
+    if isinstance(parts[0], pa.Array):
+        return _categorical(parts[0] if len(parts) == 1 else pa.chunked_array(parts).combine_chunks())
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)  # type: ignore[arg-type]
+
+
+def _block_columns(pieces: pa.Array, fields: list[Field]) -> list[Column] | None:
+    """The columns of the lines of some pieces (text columns still as Arrow strings)."""
+    lines = pc.list_flatten(pc.split_pattern(pieces, pattern="\n"))
     tokens = pc.ascii_split_whitespace(pc.ascii_trim_whitespace(lines))
     lo, hi = (v.as_py() for v in pc.min_max(pc.list_value_length(tokens)).values())
     width = len(fields)
-    if len(lines) != rows or lo != width or hi != width:
+    if lo != width or hi != width:
         return None
     flat = pc.list_flatten(tokens)
     offsets = np.frombuffer(flat.buffers()[1], dtype=np.int64)[flat.offset : flat.offset + len(flat) + 1]
-    every_other = pa.array(np.arange(0, 2 * rows, 2))
+    every_other = pa.array(np.arange(0, 2 * len(lines), 2))
     columns: list[Column] = []
     for j, f in enumerate(fields):
-        column = _column(f, _strided(flat, offsets, j, width, every_other))
+        strings = _strided(flat, offsets, j, width, every_other)
+        column = strings if f.kind == "str" else _column(f, strings)
         if column is None:
             return None
         columns.append(column)

@@ -128,15 +128,14 @@ def parse_rows(schema: Schema, text: str | list[str], linenos: np.ndarray) -> Bl
     # blanks that str.split cuts at and neither bulk reader does (pandas': spaces and tabs only),
     # or non-ASCII text (Unicode blanks): the exact path reads those
     if len(linenos) >= FAST_MIN_ROWS and not unsplittable(pieces):
-        try:
-            if any("\r" in piece for piece in pieces):
-                body: pa.Buffer | bytes = _stripped("\n".join(pieces)).encode()
-            else:
-                body = _joined(pieces)
-        except ValueError:  # a lone surrogate: no UTF-8 for it, the exact path reads the str
-            body = b""
-        block = _parse_arrow(schema, body, linenos) if isinstance(body, pa.Buffer) else None
-        block = _parse_bulk(schema, body, linenos) if body and block is None else block
+        cr = any("\r" in piece for piece in pieces)
+        block = None if cr else _parse_arrow(schema, pieces, linenos)
+        if block is None:
+            try:
+                body = _stripped("\n".join(pieces)).encode() if cr else _joined(pieces)
+            except ValueError:  # a lone surrogate: no UTF-8 for it, the exact path reads the str
+                body = b""
+            block = _parse_bulk(schema, body, linenos) if body else None
         if block is not None:
             return block
     return _parse_slow(schema, _stripped("\n".join(pieces)).split("\n"), linenos.tolist())
@@ -163,12 +162,15 @@ def _stripped(text: str) -> str:
 # ---------------------------------------------------------------- bulk path (pandas C reader)
 
 
-def _parse_arrow(schema: Schema, body: pa.Buffer, linenos: np.ndarray) -> Block | None:
+def _parse_arrow(schema: Schema, pieces: list[str], linenos: np.ndarray) -> Block | None:
     """The rows read by Arrow kernels (nccl_rows), or None (then pandas' C reader tries)."""
     if schema.timestamp:
         return None
     fields = schema.token_fields()
-    columns = row_columns(body, fields, len(linenos))
+    try:
+        columns = row_columns(pieces, fields, len(linenos))
+    except ValueError:  # a lone surrogate (no UTF-8 for it)
+        return None
     return None if columns is None else _block_from_columns(schema, fields, columns, linenos)
 
 
