@@ -247,8 +247,8 @@ def _checked(f: Field, col: Column) -> Column | None:
         whole = col.dtype.kind == "i" or (np.all(np.isfinite(col)) and np.all(col == np.floor(col)))
         if not whole:
             return None
-        return col.astype(np.int64)
-    values = col.astype(np.float64)
+        return col.astype(np.int64, copy=False)  # (no copy when already int64)
+    values = col.astype(np.float64, copy=False)
     # a NaN in a column that cannot be N/A means a missing token: let the exact path decide
     if f.name not in NULLABLE and np.isnan(values).any():
         return None
