@@ -36,6 +36,11 @@ def unsplittable(pieces: list[str]) -> bool:
 BLOCK_CHARS = 4_000_000
 
 
+def plain(text: str) -> bool:
+    """Whether the text is ASCII without "\\r" or the blanks above: then so is every row in it."""
+    return text.isascii() and not any(c in text for c in _OTHER_BLANKS + "\r")
+
+
 def row_columns(pieces: list[str], fields: list[Field], rows: int) -> list[Column] | None:
     """The token columns of ``rows`` rows of len(fields) tokens each (the lines of the pieces),
     read a block of pieces at a time; None when a row has another count or a token does not

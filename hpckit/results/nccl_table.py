@@ -120,15 +120,16 @@ class RowError(ValueError):
     """A row does not fit the schema (carries the reason; the caller knows the line)."""
 
 
-def parse_rows(schema: Schema, text: str | list[str], linenos: np.ndarray) -> Block:
+def parse_rows(schema: Schema, text: str | list[str], linenos: np.ndarray, plain: bool = False) -> Block:
     """Parse table rows (one per line of ``text``, or of its pieces joined by newlines, line
     numbers alongside); the fast bulk path first, the exact row-by-row path when the bulk read
-    looks off."""
+    looks off.  ``plain``: the caller knows the text to be ASCII, without "\\r" or the blanks
+    below (one test of the whole log rather than one per piece)."""
     pieces = [text] if isinstance(text, str) else text
     # blanks that str.split cuts at and neither bulk reader does (pandas': spaces and tabs only),
     # or non-ASCII text (Unicode blanks): the exact path reads those
-    if len(linenos) >= FAST_MIN_ROWS and not unsplittable(pieces):
-        cr = any("\r" in piece for piece in pieces)
+    if len(linenos) >= FAST_MIN_ROWS and (plain or not unsplittable(pieces)):
+        cr = not plain and any("\r" in piece for piece in pieces)
         block = None if cr else _parse_arrow(schema, pieces, linenos)
         if block is None:
             try:

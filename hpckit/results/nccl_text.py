@@ -10,6 +10,7 @@ import pandas as pd
 from hpckit.results.lines import excerpt, split_lines
 from hpckit.results.model import ParseError, ParseResult
 from hpckit.results.nccl_fields import UNITS, collective_of
+from hpckit.results.nccl_rows import plain
 from hpckit.results.nccl_scan import Chunk, Run, Scan, scan
 from hpckit.results.nccl_table import Block, Column, Schema, default_schema, parse_rows
 
@@ -35,7 +36,7 @@ def parse_nccl_text(text: str, source: str = "<text>", collective: str | None = 
     sc = scan(text, source)
     if not any(r.nrows for r in sc.runs):
         return _no_rows(sc, text)
-    frame, partial = _frame(sc)
+    frame, partial = _frame(sc, plain(text))
     meta = _meta(sc)
     coll = collective or _guess_collective(sc)
     _fill_collective(frame, sc, coll)
@@ -83,7 +84,7 @@ def _schema_of(sc: Scan, run: Run) -> Schema:
     return schema
 
 
-def _frame(sc: Scan) -> tuple[pd.DataFrame, bool]:
+def _frame(sc: Scan, plain: bool) -> tuple[pd.DataFrame, bool]:
     """All runs' rows in one frame; runs sharing a column layout are parsed in one go."""
     # keyed by identity: equal headers share one cached Schema, and hashing one is not cheap
     groups: dict[int, tuple[Schema, list[Run]]] = {}
@@ -96,7 +97,7 @@ def _frame(sc: Scan) -> tuple[pd.DataFrame, bool]:
     for schema, runs in groups.values():
         chunks = [(run.index, c) for run in runs for c in run.chunks]
         linenos, owner = _numbering(chunks)
-        block = parse_rows(schema, [c.text for _, c in chunks], linenos)
+        block = parse_rows(schema, [c.text for _, c in chunks], linenos, plain)
         if block.bad:
             partial |= _bad_rows(sc, block, dict(zip(linenos.tolist(), owner.tolist(), strict=True)))
         parts.append(_melt(block, schema, owner[block.index]))
