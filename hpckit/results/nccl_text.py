@@ -197,10 +197,15 @@ def _concat(parts: list[dict[str, Column]]) -> pd.DataFrame:
     names = list(dict.fromkeys(k for part in parts for k in part))
     run = np.concatenate([np.asarray(part["run"]) for part in parts])
     n = len(run)
-    sort = np.lexsort((np.concatenate([np.asarray(part["line"]) for part in parts]), run))
+    line = np.concatenate([np.asarray(part["line"]) for part in parts])
+    # file order is (run, line); line numbers never repeat within a run, so one key says it, and
+    # each layout's rows already come in that order: a stable sort merges those few sorted runs
+    key = run * (int(line.max(initial=0)) + 1) + line
+    in_order = bool((key[1:] >= key[:-1]).all())
+    sort = np.arange(n) if in_order else np.argsort(key, kind="stable")
     # layouts read apart go back to file order column by column, before the frame exists (cheaper
     # than reordering the frame's blocks): each numeric column is written once, in place
-    where = None if np.array_equal(sort, np.arange(n)) else np.empty(n, dtype=np.int64)
+    where = None if in_order else np.empty(n, dtype=np.int64)
     if where is not None:
         where[sort] = np.arange(n)
     cols: dict[str, object] = {}
