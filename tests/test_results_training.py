@@ -466,3 +466,10 @@ def test_nemo2_single_read_in_blocks_agrees(change: tuple[str, str], monkeypatch
     lines = text.split("\n")
     lines[100] = lines[100].replace(*change, 1)
     _same("\n".join(lines), "nemo2", monkeypatch)
+
+
+def test_markers_that_spell_iteration() -> None:
+    assert training_bulk._spells(NEMO2_LINE.pattern, "iteration")
+    assert not training_bulk._spells(MEGATRON_LINE.pattern, "iteration")  # a lookbehind group
+    for pattern in ("a|iteration", "iteratio?n", "(iteration)?", "[i]teration", "iteration*"):
+        assert not training_bulk._spells(pattern, "iteration"), pattern

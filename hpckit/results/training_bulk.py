@@ -76,7 +76,7 @@ def _step_lines_arrow(text: str, marker: re.Pattern[str], others: bool = True) -
     except pa.ArrowInvalid:
         return None  # RE2 cannot read it after all: Python picks the lines
     if not others:
-        return _marked_step_lines(lines, marked)
+        return _marked_step_lines(lines, marked, marker.pattern)
     candidate = pc.and_(pc.match_substring(lines, "iteration"), pc.match_substring(lines, "|"))
     step = pc.and_(candidate, marked)
     numbers = np.arange(1, len(lines) + 1, dtype=np.int64)
@@ -88,18 +88,29 @@ def _step_lines_arrow(text: str, marker: re.Pattern[str], others: bool = True) -
     return pc.filter(lines, step), numbers[step.to_numpy(zero_copy_only=False)], other
 
 
-def _marked_step_lines(lines: pa.Array, marked: pa.Array) -> StepLines | None:
+def _marked_step_lines(lines: pa.Array, marked: pa.Array, marker: str) -> StepLines | None:
     """The marked lines that are candidates too ("iteration" and "|"): tested on the few marked
-    lines rather than on every line of the log."""
+    lines rather than on every line of the log, and "iteration" only when the marker does not
+    spell it out itself."""
     where = np.flatnonzero(marked.to_numpy(zero_copy_only=False))
     picked = pc.filter(lines, marked)
-    candidate = pc.and_(pc.match_substring(picked, "iteration"), pc.match_substring(picked, "|"))
+    candidate = pc.match_substring_regex(picked, r"\|")  # (RE2 finds one byte faster than the plain search)
+    if not _spells(marker, "iteration"):
+        candidate = pc.and_(candidate, pc.match_substring(picked, "iteration"))
     if not pc.all(candidate).as_py():
         where = where[candidate.to_numpy(zero_copy_only=False)]
         picked = pc.filter(picked, candidate)
     if len(where) < MIN_LINES:
         return None
     return picked, where + 1, []
+
+
+def _spells(pattern: str, word: str) -> bool:
+    """Whether every match of the regex holds ``word``: the pattern spells it out, with no
+    alternation, group or class that could make it optional, and no quantifier on its end."""
+    at = pattern.find(word)
+    after = pattern[at + len(word) : at + len(word) + 1]
+    return at >= 0 and not any(c in pattern for c in "|([") and after not in ("?", "*", "{", "+")
 
 
 def _step_lines_python(text: str, marker: re.Pattern[str]) -> StepLines | None:
