@@ -31,7 +31,10 @@ def line_matches(text: str, row: str, hash_start: str, device: str, hashed: str)
         rows = _mask(pc.match_substring_regex(lines, f"^(?:{row})"))
         # `#` lines are few: test them alone (a run of device lines or one header line each);
         # Arrow's plain substring search is slower than this anchored regex
-        hashes = np.flatnonzero(_mask(pc.match_substring_regex(lines, f"^(?:{hash_start})")) & ~rows)
+        others = np.flatnonzero(~rows)  # (a long run's log is nearly all rows: test the rest only)
+        rest = lines if len(others) > len(lines) // 2 else pc.take(lines, pa.array(others))
+        hashed_start = _mask(pc.match_substring_regex(rest, f"^(?:{hash_start})"))
+        hashes = np.flatnonzero(hashed_start & ~rows) if rest is lines else others[hashed_start]
         picked = pc.take(lines, pa.array(hashes))
         devices = hashes[_mask(pc.match_substring_regex(picked, f"^(?:{device})"))]
         headers = hashes[_mask(pc.match_substring_regex(picked, f"^(?:{hashed})"))]
