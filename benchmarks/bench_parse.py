@@ -267,8 +267,8 @@ tests/test_results_*.py, and falls back to it on anything it cannot read exactly
   per placement and the frame still fault; for a 100 MB log that is a visible share (sys time).
 Where the time goes: nccl-tests short runs in the Python work per block and header line
 (~25,000 a 20 MB log) and the line tests; long runs in reading the rows (split, casts) and the
-numpy columns of ~1.7 million frame rows (100 MB); NeMo 2 in the line split and marker test, the CSV reads
-and the heads.
+numpy columns of ~1.7 million frame rows (100 MB); NeMo 2 in the line split and marker test,
+the CSV reads and the heads.
 Timings swing 2-3x on a shared machine; the back-to-back pairs are the fairer figure.
 """
 
