@@ -236,31 +236,39 @@ def record_results(rows: list[Row], size_mb: float, repeat: int) -> None:
 
 NOTES = """How each parser reads its log (every fast path is checked against the line-by-line parser by
 tests/test_results_*.py, and falls back to it on anything it cannot read exactly):
-- nccl-tests: one regex pass picks row blocks, device blocks and the `#` lines worth reading (a
-  lookahead gates each line, `.` runs to its end); each distinct header or device line is read once;
-  the rows of all runs with one layout go to one `pandas.read_csv` call (C reader, split on runs of
-  blanks, so padded rows need no stripping), as bytes; the frame is put back in file order column
-  by column. Short runs: the scan regex and the Python work per match (~20 000 runs, ~170 000
-  matches in 100 MB) take most of the time; long runs: the C reader on the rows (about the
-  baseline's own cost: as many tokens as the CSV has) plus the scan.
-- NeMo 2 / Megatron: step lines are picked by Arrow kernels (split on newlines, substring tests, the
-  marker regex in RE2 for ASCII text, with Python's `\\s` spelled out); Arrow's CSV reader cuts them
-  on `|` in one go; a column whose every piece starts with the first line's `label:` is read by
-  slicing that prefix off (the step-marker fields by RE2 extraction on the heads).
+- nccl-tests: Arrow splits the log into lines and RE2 tests each line (a row test on all of them,
+  the device and header tests on the `#` lines only); numpy cuts the runs of rows and of device
+  lines: the same blocks as the scan regex, which still reads text that is not ASCII. Each
+  distinct header or device line is read once. The rows of all runs with one layout are read by
+  Arrow kernels a few MB at a time (split on ASCII blanks, every row must give the layout's count
+  of tokens, token j of every row taken through string views on the token edges, cast to
+  int64/float64 as int()/float() read them, N/A as NaN, text dictionary-encoded into
+  categoricals); pandas' C reader only when that fails, the exact reader for rows with blanks
+  neither cuts as str.split does. Layouts read apart go back to file order by writing each
+  column once; the frame is built without a copy into blocks.
+- NeMo 2 / Megatron: step lines picked by the marker in RE2 on Arrow's lines, then tested for
+  `|` on the picked lines only. One CSV read per block of 32,768 lines cuts heads, labels and
+  values at once: a `|` is written after every `:`, which is exact when `:` counts one per label
+  and line and every label field is the first line's; the reader parses the floats itself.
+  Step-marker integers: when every head has one skeleton (digit runs aside) and the field regex
+  is a sequence of non-digit atoms and `\\d+` runs, its capture is the same run of every head,
+  read by numpy and Arrow's cast; otherwise by RE2 extraction.
 - NeMo 1: the log is split into redraw pieces by Arrow (newlines, then carriage returns); a piece
   that the next repeats char for char is dropped; each piece is cut at its first `[` and the head
   tested against TQDM's part before `\\[` in RE2 (spelt with Python's Unicode `\\d`/`\\s`), which
   is then provably the match TQDM.search finds; pieces of another shape go through TQDM itself.
-  The `k=v` postfixes are cut by Arrow's CSV reader on `,`. The generated log draws each step twice;
-  Lightning's own paired redraws differ (new n, then new postfix), so a real log reads both.
+  The `k=v` postfixes are read like NeMo 2's pieces (`,` written after every `=`, one CSV read).
+  The generated log draws each step twice; Lightning's own paired redraws differ (new n, then
+  new postfix), so a real log reads both.
 - The cyclic garbage collector is paused while a parser runs (many small objects, no cycles).
-- Arrow hands fresh buffers back to the system between calls; on this VM the page faults of the
-  next call's buffers (a few copies of the log) are a visible part of the Arrow paths' time.
-Where the target (>= 0.5) is still missed: nccl-tests short runs spend about half their time in
-the scan regex and its Python work per match; long runs in the C reader on the rows (~80 MB
-of row text, about what the baseline reads) plus the scan; NeMo 2 in Arrow kernels that each
-copy the picked lines (split, filter, CSV cut, one prefix slice per column) and three RE2
-extractions on the heads, with the page faults of those fresh buffers.
+- Page faults: on this VM, numpy's and Python's allocations of a few MB and more come back as
+  fresh pages on every call (glibc gives the heap's top back); Arrow's pool keeps its pages, so
+  the big temporaries are Arrow's, made a few MB at a time. numpy columns, the melt to one row
+  per placement and the frame still fault; for a 100 MB log that is a visible share (sys time).
+Where the time goes: nccl-tests short runs in the Python work per block and header line
+(~25,000 a 20 MB log) and the line tests; long runs in reading the rows (split, casts) and the
+numpy columns of ~1.7 million frame rows (100 MB); NeMo 2 in the line split and marker test,
+the CSV reads and the heads.
 Timings swing 2-3x on a shared machine; the back-to-back pairs are the fairer figure.
 """
 

@@ -362,3 +362,122 @@ def test_a_bad_padded_row_is_reported_as_printed() -> None:
     with pytest.raises(ParseError) as exc:
         parse_text("\n".join(lines), "nccl-tests", source="bad.txt")
     assert exc.value.lineno == 29 and exc.value.line.startswith("256") and "12x.6" in exc.value.line
+
+
+# ---------------------------------------------------------------- Arrow finds the lines SCAN finds
+
+NCCL_SAMPLES = sorted(p.name for p in DATA.glob("*.txt") if "nccl-tests" in p.name or p.name.startswith("all_"))
+
+
+def _line_matches(text: str) -> object:
+    from hpckit.results import nccl_lines
+    from hpckit.results import nccl_scan as ns
+
+    return nccl_lines.line_matches(text, ns._ROW_TEST, ns._HASH_START, ns._DEVICE_TEST, ns._HASH_TEST)
+
+
+@pytest.mark.parametrize("name", NCCL_SAMPLES)
+def test_arrow_line_matches_are_scans(name: str) -> None:
+    from hpckit.results.nccl_scan import _scan_matches
+
+    text = (DATA / name).read_text()
+    if text.isascii():
+        assert _line_matches(text) == list(_scan_matches(text))
+    else:
+        assert _line_matches(text) is None
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        "",
+        "\n\n",
+        "# nThread 1\n",
+        "  8  2 float sum -1  1.0  0.0  0.0  0\r\n  16  4 float sum -1 1.0 0.0 0.0 0\n"
+        "#  Rank  0 Group  0 Pid 1 on h device  0\n",
+        "[1,0]<stdout>:#  Rank  0 Pid 1 on h device 0\n[1,1]<stdout>:#  Rank  1 Pid 2 on h device 1\nx\n",
+        "  3: # nThread 1\n 12: 1024 256 float sum -1 1 2 3 0\n0: 8 2 float\n#size count\n# Rankx\n",
+        "#\tsize\tcount\n9\t1\n#Avg bus bandwidth : 1\n",
+    ],
+)
+def test_arrow_line_matches_on_odd_lines(odd: str) -> None:
+    from hpckit.results.nccl_scan import _scan_matches
+
+    assert _line_matches(odd) == list(_scan_matches(odd))
+
+
+# ---------------------------------------------------------------- rows read by Arrow agree with the exact reader
+
+
+def _row_readers_agree(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(nccl_table, "FAST_MIN_ROWS", 1)
+    try:
+        fast: object = parse_text(text, "nccl-tests")
+    except ParseError as exc:
+        fast = exc.args
+    monkeypatch.setattr(nccl_table, "FAST_MIN_ROWS", 10**9)
+    try:
+        exact: object = parse_text(text, "nccl-tests")
+    except ParseError as exc:
+        exact = exc.args
+    if isinstance(fast, tuple) or isinstance(exact, tuple):
+        assert fast == exact
+        return
+    pd.testing.assert_frame_equal(fast.frame, exact.frame)  # type: ignore[attr-defined]
+    assert (fast.meta, fast.warnings, fast.partial) == (exact.meta, exact.warnings, exact.partial)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        ("      0", "    N/A"),  # the #wrong column not checked
+        ("   65536", " 6.6e+04"),  # a size written as a float
+        ("   65536", " 65536.5"),  # a size that is not whole: the exact reader says so
+        ("   float", "  \x1cfloat"),  # a blank str.split cuts at and Arrow's ASCII split does not
+        ("   float", "  \x0bfloat"),  # one that Arrow's split cuts at and pandas' C reader does not
+        ("   float", "  flo\u00e4t"),  # non-ASCII text
+        ("   float", "    half"),  # a second type
+        ("   float", "  fl_oat"),
+        ("   65536", "  6_5536"),  # int() reads it, Arrow does not
+        ("   65536", "   +6553"),
+        ("   65536", "     nan"),  # a size that is no number
+        ("159.4", "  nan"),  # a time that is NaN
+        ("159.4", "  N/A"),
+        ("159.4", "  1e5"),
+    ],
+)
+def test_arrow_row_reader_agrees_with_exact(change: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    text = (DATA / "all_reduce-modern-2node-16gpu-h100-a3mega-full-sweep.txt").read_text()
+    lines = text.split("\n")
+    at = next(i for i, ln in enumerate(lines) if ln.lstrip().startswith("65536 "))
+    assert change[0] in lines[at]
+    lines[at] = lines[at].replace(*change, 1)
+    _row_readers_agree("\n".join(lines), monkeypatch)
+
+
+def test_arrow_row_reader_reads_the_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hpckit.results import nccl_rows
+
+    schema = nccl_table.default_schema(13)
+    assert schema is not None
+    good = "1048576  262144  float  sum  -1  203.2  5.16  9.68  0  207.2  5.06  9.49  N/A"
+    pieces = ["\n".join([good, " " + good.replace("float", "half") + " "] * 10)] * 2
+    for block in (10**9, 1):  # one block, and one piece per block
+        monkeypatch.setattr(nccl_rows, "BLOCK_CHARS", block)
+        columns = nccl_rows.row_columns(pieces, schema.token_fields(), 40)
+        assert columns is not None
+        assert list(columns[2].categories) == ["float", "half"]  # type: ignore[attr-defined]
+        assert math.isnan(columns[12][0]) and columns[0].dtype == np.int64  # type: ignore[index, attr-defined]
+        assert nccl_rows.row_columns(pieces, schema.token_fields(), 41) is None
+
+
+@pytest.mark.parametrize("name", ["all_reduce-modern-2node-16gpu-h100-a3mega-full-sweep.txt"])
+def test_arrow_row_reader_in_blocks_agrees(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hpckit.results import nccl_rows
+
+    monkeypatch.setattr(nccl_rows, "BLOCK_CHARS", 300)
+    text = (DATA / name).read_text()
+    lines = text.split("\n")
+    rows = [i for i, ln in enumerate(lines) if ln.lstrip()[:1].isdigit()]
+    lines[rows[0] + 3 : rows[0] + 3] = ["# a break: the rows come in two pieces"]
+    _row_readers_agree("\n".join(lines), monkeypatch)

@@ -334,3 +334,142 @@ def test_nemo2_odd_pieces_agree_with_exact(change: tuple[str, str], monkeypatch:
 def test_nemo2_every_line_with_an_unlabelled_piece_agrees(monkeypatch: pytest.MonkeyPatch) -> None:
     text = _stretch((DATA / B200).read_text(), r"(iteration\s+)(\d+)")
     _same(text.replace(" | global_batch_size:", " | noise | global_batch_size:"), "nemo2", monkeypatch)
+
+
+# ---------------------------------------------------------------- one CSV read for heads, labels and values
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        ("| lr: ", "| lr: 1:2 "),  # a ":" in a value: the count check sends it to the slower cut
+        ("Training epoch", "Training: epoch"),  # a ":" in a head
+        ("| lr: ", "| lr: N/A"),  # a value that is no float: read as text, the exact parser warns
+        ("| lr: ", "| lr:\t"),  # a tab Arrow trims, as str.strip does
+        ("| lr: ", "| lr:\x0b"),  # a blank only Python strips: the float read fails, text decides
+        ("| global_step: ", "| global_step: +"),
+        ("| consumed_samples: ", "| consumed_samples: 1.5K"),  # a suffixed number
+        ("| global_batch_size: 128", "| global_batch_size: 1e2"),  # an int written as a float
+        ("| lr:", "| lr:: 3"),  # the label's ":" and one more
+    ],
+)
+def test_nemo2_single_read_agrees_with_exact(change: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    text = _stretch((DATA / B200).read_text(), r"(iteration\s+)(\d+)")
+    lines = text.split("\n")
+    lines[6] = lines[6].replace(*change, 1)
+    _same("\n".join(lines), "nemo2", monkeypatch)
+
+
+def test_nemo2_single_read_takes_the_log_and_reads_floats() -> None:
+    from hpckit.results import pieces
+
+    text = _stretch((DATA / B200).read_text(), r"(iteration\s+)(\d+)")
+    found = training_bulk._step_lines_arrow(text, NEMO2_LINE, others=False)
+    assert found is not None
+    read = pieces.read_labelled(found[0], "|", ":", 1, lambda label: label != "global_batch_size")
+    assert read is not None and len(read.heads) == 1
+    labels = [label for label, _ in read.values]
+    assert labels[:3] == ["lr", "global_batch_size", "global_step"]
+    assert [str(v.type) for _, v in read.values][:2] == ["double", "large_string"]
+
+
+# ---------------------------------------------------------------- step-marker integers as digit runs
+
+
+def test_run_shaped_patterns() -> None:
+    from hpckit.results.digit_runs import run_shaped
+
+    assert run_shaped(r"[Ee]poch\s+(\d+)") and run_shaped(r"iteration\s+\d+\s*/\s*(\d+)")
+    # digits counted, a digit class, two digit atoms that may touch, no capture, any character
+    for pattern in (r"\[(\d{4})", r"(\d)", r"[0-9](\d+)", r"(\d+)\s*\d+", r"\d+(\d+)", r"iter\d+", r"a.(\d+)"):
+        assert not run_shaped(pattern), pattern
+
+
+@pytest.mark.parametrize(
+    "strings, runs",
+    [
+        (["ab12x", "ab3x"], [[12], [3]]),
+        (["12/3", "45/678"], [[12, 3], [45, 678]]),
+        (["x9223372036854775807", "x007"], [[9223372036854775807], [7]]),
+        (["ab12", "34cd"], None),  # another skeleton
+        (["12/3", "45/67a"], None),
+        (["x92233720368547758070", "x1"], None),  # no int64
+        (["a", "a"], None),  # no run at all
+        (["1a", ""], None),
+    ],
+)
+def test_digit_runs(strings: list[str], runs: list[list[int]] | None) -> None:
+    import pyarrow as pa
+
+    from hpckit.results.digit_runs import digit_runs
+
+    got = digit_runs(pa.array(strings, pa.large_string()))
+    assert (None if got is None else got.tolist()) == runs
+    # a slice of a larger array, and chunks, read the same
+    sliced = pa.array(["zz", *strings], pa.large_string())[1:]
+    got = digit_runs(sliced)
+    assert (None if got is None else got.tolist()) == runs
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        ("iteration 46/", "iteration 0046/"),  # leading zeros, as int() reads them
+        ("iteration 46/", "iteration  46/"),  # another skeleton: RE2 extraction decides
+        ("Training epoch 0,", "Training epoch 0, epoch 7,"),  # the first match, not the last
+        ("iteration 46/", "iteration 99999999999999999999/"),  # no int64: the exact parser
+    ],
+)
+def test_nemo2_heads_agree_with_exact(change: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    text = _stretch((DATA / B200).read_text(), r"(iteration\s+)(\d+)")
+    assert "iteration 46/" in text
+    _same(text.replace(change[0], change[1], 1), "nemo2", monkeypatch)
+
+
+def test_heads_of_one_skeleton_agree_with_python_search() -> None:
+    import pyarrow as pa
+
+    from hpckit.results.digit_runs import digit_runs, run_index
+    from hpckit.results.training_fields import STEP_MARKER
+
+    rng = __import__("random").Random(7)
+    heads = [
+        f"Training epoch {rng.randrange(10 ** rng.randrange(1, 5))}, iteration {k}/{10**k % 977} " for k in range(300)
+    ]
+    runs = digit_runs(pa.array(heads, pa.large_string()))
+    assert runs is not None
+    for f in STEP_MARKER[:3]:
+        at = run_index(f.pattern, heads[0])
+        assert at is not None and at >= 0
+        assert runs[:, at].tolist() == [int(f.pattern.search(h).group(1)) for h in heads]  # type: ignore[union-attr]
+
+
+def test_marked_step_lines_as_python_picks_them() -> None:
+    text = _stretch((DATA / B200).read_text(), r"(iteration\s+)(\d+)")
+    lines = text.split("\n")
+    lines.insert(4, "Training epoch 0, iteration 5/9 without a pipe")
+    lines.insert(9, "noise | iteration 3 | more")
+    odd = "\n".join(lines)
+    arrow = training_bulk._step_lines_arrow(odd, NEMO2_LINE, others=False)
+    python = training_bulk._step_lines_python(odd, NEMO2_LINE)
+    assert arrow is not None and python is not None
+    assert arrow[0].to_pylist() == python[0].to_pylist()
+    assert arrow[1].tolist() == python[1].tolist()
+
+
+@pytest.mark.parametrize("change", [("| lr: ", "| lr: "), ("| lr: ", "| lr: 1:2 "), ("| lr: ", "| lr: N/A")])
+def test_nemo2_single_read_in_blocks_agrees(change: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from hpckit.results import pieces
+
+    monkeypatch.setattr(pieces, "BLOCK_LINES", 7)  # many blocks, the odd line in one of them
+    text = _stretch((DATA / B200).read_text(), r"(iteration\s+)(\d+)")
+    lines = text.split("\n")
+    lines[100] = lines[100].replace(*change, 1)
+    _same("\n".join(lines), "nemo2", monkeypatch)
+
+
+def test_markers_that_spell_iteration() -> None:
+    assert training_bulk._spells(NEMO2_LINE.pattern, "iteration")
+    assert not training_bulk._spells(MEGATRON_LINE.pattern, "iteration")  # a lookbehind group
+    for pattern in ("a|iteration", "iteratio?n", "(iteration)?", "[i]teration", "iteration*"):
+        assert not training_bulk._spells(pattern, "iteration"), pattern

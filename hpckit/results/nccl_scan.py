@@ -9,12 +9,14 @@ reader as they are.  Python sees one match per block and one per header line.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 from hpckit.results.lines import PREFIX_RE, excerpt, strip_prefix
 from hpckit.results.model import Value
 from hpckit.results.nccl_fields import BINARY, NCCL_VERSION, LineRule, classify_header
+from hpckit.results.nccl_lines import Match, line_matches
 from hpckit.results.nccl_table import Schema, schema_from_header
 
 # launcher prefix (see lines.PREFIX_RE), row, device line and the `#` lines worth reading
@@ -24,9 +26,12 @@ _P = _PREFIX + "?"
 _NUMBER_FIRST = r"[ \t]*\d[\d.eE+-]*[ \t]"
 # ".*" rather than "[^\n]*": the same lines (no DOTALL), but the regex engine runs to the end of
 # a line without testing a character set at every character
-_ROW = rf"(?:{_NUMBER_FIRST}|{_PREFIX}{_NUMBER_FIRST}).*"
-_DEVICE = _P + r"[ \t]*#[ \t]*Rank[ \t].*"
-_HASH = _P + r"[ \t]*#[ \t]*(?:nThread|nccl-tests|Collective|size\b|Out of|Avg|Writing|error:|GPU memory).*"
+# each line test, then `.*` to the end of its line
+_ROW_TEST = rf"(?:{_NUMBER_FIRST}|{_PREFIX}{_NUMBER_FIRST})"
+_HASH_START = _P + r"[ \t]*#"
+_DEVICE_TEST = _HASH_START + r"[ \t]*Rank[ \t]"
+_HASH_TEST = _HASH_START + r"[ \t]*(?:nThread|nccl-tests|Collective|size\b|Out of|Avg|Writing|error:|GPU memory)"
+_ROW, _DEVICE, _HASH = _ROW_TEST + ".*", _DEVICE_TEST + ".*", _HASH_TEST + ".*"
 # The lookahead is what every alternative needs (after a prefix: a digit or "#"): most noise lines
 # (NCCL INFO, tagged or not) fail it once instead of failing each alternative in turn.
 _GATE = rf"(?={_P}[ \t]*[#\d])"
@@ -106,22 +111,29 @@ class Scan:
 def scan(text: str, source: str) -> Scan:
     """Runs, header values and row blocks of an nccl-tests log (rows are parsed later, in bulk)."""
     sc = Scan(source)
+    matches = line_matches(text, _ROW_TEST, _HASH_START, _DEVICE_TEST, _HASH_TEST)
+    for kind, block, lineno in _scan_matches(text) if matches is None else matches:
+        if kind == "rows":
+            _rows(sc, block, lineno)
+        elif kind == "devices":
+            _devices(sc, block, lineno)
+        else:
+            line, tag = _unprefixed(block)
+            _header_line(sc, line, lineno, tag)
+    _versions_and_binaries(sc, text)
+    return sc
+
+
+def _scan_matches(text: str) -> Iterator[Match]:
+    """SCAN's matches by Python's regex engine (any text): what nccl_lines finds on ASCII text."""
     padded = "\n" + text  # every line, the first included, now follows a newline
     lineno, counted = 0, 0
     for m in SCAN.finditer(padded):
         start = m.start()
         lineno += padded.count("\n", counted, start + 1)
         counted = start + 1
-        kind = m.lastgroup
-        if kind == "rows":
-            _rows(sc, m.group("rows"), lineno)
-        elif kind == "devices":
-            _devices(sc, m.group("devices"), lineno)
-        else:
-            line, tag = _unprefixed(m.group("hash"))
-            _header_line(sc, line, lineno, tag)
-    _versions_and_binaries(sc, text)
-    return sc
+        kind = m.lastgroup or "hash"
+        yield kind, m.group(kind), lineno
 
 
 # ---------------------------------------------------------------- blocks

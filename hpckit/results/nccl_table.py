@@ -8,7 +8,6 @@ which is the reference behaviour and says which line is wrong.
 from __future__ import annotations
 
 import csv
-import io
 import math
 import re
 from collections.abc import Hashable, Sequence
@@ -17,6 +16,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from hpckit.results.model import NA_TOKENS, Field
 from hpckit.results.nccl_fields import (
@@ -27,6 +28,7 @@ from hpckit.results.nccl_fields import (
     PLACEMENTS,
     TIMESTAMP_TOKEN,
 )
+from hpckit.results.nccl_rows import row_columns, unsplittable
 
 FAST_MIN_ROWS = 32  # below this the bulk reader's fixed cost outweighs its speed
 # a column as parsed: a numpy array, or a pandas Categorical for text (pandas-stubs cannot type the mix)
@@ -118,14 +120,37 @@ class RowError(ValueError):
     """A row does not fit the schema (carries the reason; the caller knows the line)."""
 
 
-def parse_rows(schema: Schema, text: str, linenos: np.ndarray) -> Block:
-    """Parse table rows (one per line of ``text``, line numbers alongside); the fast bulk path
-    first, the exact row-by-row path when the bulk read looks off."""
-    if len(linenos) >= FAST_MIN_ROWS:
-        block = _parse_bulk(schema, _stripped(text) if "\r" in text else text, linenos)
+def parse_rows(schema: Schema, text: str | list[str], linenos: np.ndarray, plain: bool = False) -> Block:
+    """Parse table rows (one per line of ``text``, or of its pieces joined by newlines, line
+    numbers alongside); the fast bulk path first, the exact row-by-row path when the bulk read
+    looks off.  ``plain``: the caller knows the text to be ASCII, without "\\r" or the blanks
+    below (one test of the whole log rather than one per piece)."""
+    pieces = [text] if isinstance(text, str) else text
+    # blanks that str.split cuts at and neither bulk reader does (pandas': spaces and tabs only),
+    # or non-ASCII text (Unicode blanks): the exact path reads those
+    if len(linenos) >= FAST_MIN_ROWS and (plain or not unsplittable(pieces)):
+        cr = not plain and any("\r" in piece for piece in pieces)
+        block = None if cr else _parse_arrow(schema, pieces, linenos)
+        if block is None:
+            try:
+                body = _stripped("\n".join(pieces)).encode() if cr else _joined(pieces)
+            except ValueError:  # a lone surrogate: no UTF-8 for it, the exact path reads the str
+                body = b""
+            block = _parse_bulk(schema, body, linenos) if body else None
         if block is not None:
             return block
-    return _parse_slow(schema, _stripped(text).split("\n"), linenos.tolist())
+    return _parse_slow(schema, _stripped("\n".join(pieces)).split("\n"), linenos.tolist())
+
+
+def _joined(pieces: list[str]) -> pa.Buffer:
+    """The pieces joined by newlines, as UTF-8, made by Arrow: its pool keeps its pages between
+    calls, where a Python string and its bytes this size would be fresh pages (page faults)
+    every time."""
+    rows = pa.LargeListArray.from_arrays(
+        pa.array([0, len(pieces)], type=pa.int64()), pa.array(pieces, pa.large_string())
+    )
+    joined: pa.Buffer = pc.binary_join(rows, pa.scalar("\n", pa.large_string()))[0].as_buffer()
+    return joined
 
 
 def _stripped(text: str) -> str:
@@ -138,7 +163,19 @@ def _stripped(text: str) -> str:
 # ---------------------------------------------------------------- bulk path (pandas C reader)
 
 
-def _parse_bulk(schema: Schema, body: str, linenos: np.ndarray) -> Block | None:
+def _parse_arrow(schema: Schema, pieces: list[str], linenos: np.ndarray) -> Block | None:
+    """The rows read by Arrow kernels (nccl_rows), or None (then pandas' C reader tries)."""
+    if schema.timestamp:
+        return None
+    fields = schema.token_fields()
+    try:
+        columns = row_columns(pieces, fields, len(linenos))
+    except ValueError:  # a lone surrogate (no UTF-8 for it)
+        return None
+    return None if columns is None else _block_from_columns(schema, fields, columns, linenos)
+
+
+def _parse_bulk(schema: Schema, body: pa.Buffer | bytes, linenos: np.ndarray) -> Block | None:
     fields = schema.token_fields()
     width = schema.width
     # text columns (type, redop) come out categorical: few values, many rows
@@ -150,7 +187,7 @@ def _parse_bulk(schema: Schema, body: str, linenos: np.ndarray) -> Block | None:
         # pandas-stubs want str keys for na_values; positional keys are what header=None gives
         # bytes: the C reader then skips its own decoding of a text stream (~20% faster)
         df = pd.read_csv(  # type: ignore[call-overload]
-            io.BytesIO(body.encode()),
+            pa.BufferReader(body),
             # blanks (spaces, tabs) around and between tokens, as str.split sees them; the C
             # reader's own whitespace splitter needs no stripping of padded rows first
             sep=r"\s+",
@@ -211,8 +248,8 @@ def _checked(f: Field, col: Column) -> Column | None:
         whole = col.dtype.kind == "i" or (np.all(np.isfinite(col)) and np.all(col == np.floor(col)))
         if not whole:
             return None
-        return col.astype(np.int64)
-    values = col.astype(np.float64)
+        return col.astype(np.int64, copy=False)  # (no copy when already int64)
+    values = col.astype(np.float64, copy=False)
     # a NaN in a column that cannot be N/A means a missing token: let the exact path decide
     if f.name not in NULLABLE and np.isnan(values).any():
         return None

@@ -10,6 +10,7 @@ import pandas as pd
 from hpckit.results.lines import excerpt, split_lines
 from hpckit.results.model import ParseError, ParseResult
 from hpckit.results.nccl_fields import UNITS, collective_of
+from hpckit.results.nccl_rows import plain
 from hpckit.results.nccl_scan import Chunk, Run, Scan, scan
 from hpckit.results.nccl_table import Block, Column, Schema, default_schema, parse_rows
 
@@ -35,7 +36,7 @@ def parse_nccl_text(text: str, source: str = "<text>", collective: str | None = 
     sc = scan(text, source)
     if not any(r.nrows for r in sc.runs):
         return _no_rows(sc, text)
-    frame, partial = _frame(sc)
+    frame, partial = _frame(sc, plain(text))
     meta = _meta(sc)
     coll = collective or _guess_collective(sc)
     _fill_collective(frame, sc, coll)
@@ -83,7 +84,7 @@ def _schema_of(sc: Scan, run: Run) -> Schema:
     return schema
 
 
-def _frame(sc: Scan) -> tuple[pd.DataFrame, bool]:
+def _frame(sc: Scan, plain: bool) -> tuple[pd.DataFrame, bool]:
     """All runs' rows in one frame; runs sharing a column layout are parsed in one go."""
     # keyed by identity: equal headers share one cached Schema, and hashing one is not cheap
     groups: dict[int, tuple[Schema, list[Run]]] = {}
@@ -95,9 +96,8 @@ def _frame(sc: Scan) -> tuple[pd.DataFrame, bool]:
     partial = False
     for schema, runs in groups.values():
         chunks = [(run.index, c) for run in runs for c in run.chunks]
-        text = "\n".join(c.text for _, c in chunks)
         linenos, owner = _numbering(chunks)
-        block = parse_rows(schema, text, linenos)
+        block = parse_rows(schema, [c.text for _, c in chunks], linenos, plain)
         if block.bad:
             partial |= _bad_rows(sc, block, dict(zip(linenos.tolist(), owner.tolist(), strict=True)))
         parts.append(_melt(block, schema, owner[block.index]))
@@ -195,22 +195,49 @@ def _join(pieces: list[Column]) -> Column:
 def _concat(parts: list[dict[str, Column]]) -> pd.DataFrame:
     """Build the frame once from every layout's columns, in file order (run, then line)."""
     names = list(dict.fromkeys(k for part in parts for k in part))
+    run = np.concatenate([np.asarray(part["run"]) for part in parts])
+    n = len(run)
+    line = np.concatenate([np.asarray(part["line"]) for part in parts])
+    # file order is (run, line); line numbers never repeat within a run, so one key says it, and
+    # each layout's rows already come in that order: a stable sort merges those few sorted runs
+    key = run * (int(line.max(initial=0)) + 1) + line
+    in_order = bool((key[1:] >= key[:-1]).all())
+    sort = np.arange(n) if in_order else np.argsort(key, kind="stable")
+    # layouts read apart go back to file order column by column, before the frame exists (cheaper
+    # than reordering the frame's blocks): each numeric column is written once, in place
+    where = None if in_order else np.empty(n, dtype=np.int64)
+    if where is not None:
+        where[sort] = np.arange(n)
     cols: dict[str, object] = {}
     for name in names:
         like = next(part[name] for part in parts if name in part)
-        cols[name] = _join([part.get(name, _filler(len(part["run"]), like)) for part in parts])
-    n = len(cols["run"])  # type: ignore[arg-type]
+        pieces = [part.get(name, _filler(len(part["run"]), like)) for part in parts]
+        arrays = [piece for piece in pieces if isinstance(piece, np.ndarray)]
+        if where is None:
+            cols[name] = _join(pieces)
+        elif len(arrays) == len(pieces):
+            cols[name] = _scatter(arrays, where)
+        else:
+            cols[name] = _take(_join(pieces), sort)
     cols["collective"] = pd.Categorical.from_codes(np.full(n, -1, dtype=np.int8), categories=pd.Index([], dtype=str))
     cols["root"] = pd.array(np.asarray(cols["root"], dtype=np.float64), dtype="Int64")  # NaN -> <NA>
     cols.setdefault("wrong", np.full(n, np.nan))
     front = [c for c in FRAME_COLUMNS if c in cols]
     order = [*front, *(c for c in cols if c not in front and c != "line"), "line"]
-    sort = np.lexsort((np.asarray(cols["line"]), np.asarray(cols["run"])))
-    if not np.array_equal(sort, np.arange(n)):
-        # layouts were read apart: back to file order, column by column before the frame exists
-        # (cheaper than reordering the frame's consolidated blocks)
-        cols = {c: _take(v, sort) for c, v in cols.items()}
-    return pd.DataFrame({c: cols[c] for c in order})
+    # copy=False: one block per column, as built, rather than a copy of them all into blocks
+    # by dtype (tens of MB of fresh pages for a long log)
+    return pd.DataFrame({c: cols[c] for c in order}, copy=False)
+
+
+def _scatter(pieces: list[np.ndarray], where: np.ndarray) -> np.ndarray:
+    """The pieces one after another, each row put at ``where`` (what np.concatenate and then a
+    take would give, in one array)."""
+    out = np.empty(len(where), dtype=np.result_type(*pieces))
+    at = 0
+    for piece in pieces:
+        out[where[at : at + len(piece)]] = piece
+        at += len(piece)
+    return out
 
 
 def _take(values: object, order: np.ndarray) -> object:

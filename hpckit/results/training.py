@@ -7,6 +7,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from hpckit.results.lines import excerpt, split_lines, strip_prefix
@@ -177,6 +178,14 @@ def _result(steps: Steps, text: str) -> ParseResult:
 
 def _dedupe(steps: Steps, frame: pd.DataFrame) -> pd.DataFrame:
     """Bulk rows in file order -> one row per step, the last logged (as Steps.add does)."""
+    step = frame["step"].to_numpy()
+    if not (step[1:] > step[:-1]).all():  # (steps that only go up: nothing to drop or sort)
+        frame = _last_of_each_step(steps, frame)
+    front = [c for c in FRONT if c in frame.columns]
+    return frame[[*front, *(c for c in frame.columns if c not in front)]].reset_index(drop=True)
+
+
+def _last_of_each_step(steps: Steps, frame: pd.DataFrame) -> pd.DataFrame:
     if "consumed_samples" in frame.columns:
         samples = frame.groupby("step", sort=False)["consumed_samples"]
         again = frame["step"].duplicated() & (samples.shift() != frame["consumed_samples"])
@@ -187,8 +196,7 @@ def _dedupe(steps: Steps, frame: pd.DataFrame) -> pd.DataFrame:
             f"{steps.replaced} step(s) logged again with different values (restarted run or "
             "concatenated logs?); kept the last of each"
         )
-    front = [c for c in FRONT if c in frame.columns]
-    return frame[[*front, *(c for c in frame.columns if c not in front)]].reset_index(drop=True)
+    return frame
 
 
 def _finish(steps: Steps, frame: pd.DataFrame) -> ParseResult:
@@ -217,7 +225,7 @@ def _check_last(steps: Steps, records: list[dict[str, Value]]) -> None:
 
 def _as_int(frame: pd.DataFrame, names: tuple[str, ...]) -> None:
     for name in names:
-        if name in frame.columns:
+        if name in frame.columns and frame[name].dtype != np.int64:  # (int64 already: as it is)
             frame[name] = frame[name].astype("Int64" if frame[name].isna().any() else "int64")
 
 

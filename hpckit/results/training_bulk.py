@@ -19,9 +19,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pacsv
 
+from hpckit.results.digit_runs import digit_runs, run_index, run_shaped
 from hpckit.results.model import NA_TOKENS, Field
+from hpckit.results.pieces import Labelled, Pieces, read_labelled, read_pieces
 from hpckit.results.re2 import PY_WHITESPACE, re2_ascii
 from hpckit.results.training_fields import LABELS, STEP_MARKER, TQDM
 from hpckit.results.training_tqdm import Refreshes, tqdm_refreshes
@@ -56,7 +57,7 @@ def bulk_pipe(text: str, marker: re.Pattern[str], snake: Snake, others: bool = T
     except (_NoBulk, pa.ArrowException, ValueError, OverflowError):
         return None
     cols["line"] = linenos
-    return Bulk(pd.DataFrame(cols), other)
+    return Bulk(pd.DataFrame(cols, copy=False), other)  # (no copy into blocks: the dedupe copies)
 
 
 StepLines = tuple[pa.Array, np.ndarray, list[tuple[int, str]]]  # lines, their numbers, the others
@@ -70,20 +71,46 @@ def _step_lines_arrow(text: str, marker: re.Pattern[str], others: bool = True) -
     if pattern is None:
         return None
     lines = pc.list_flatten(pc.split_pattern(pa.array([text], type=pa.large_string()), pattern="\n"))
-    candidate = pc.and_(pc.match_substring(lines, "iteration"), pc.match_substring(lines, "|"))
     try:
-        step = pc.and_(candidate, pc.match_substring_regex(lines, pattern))
+        marked = pc.match_substring_regex(lines, pattern)
     except pa.ArrowInvalid:
         return None  # RE2 cannot read it after all: Python picks the lines
+    if not others:
+        return _marked_step_lines(lines, marked, marker.pattern)
+    candidate = pc.and_(pc.match_substring(lines, "iteration"), pc.match_substring(lines, "|"))
+    step = pc.and_(candidate, marked)
     numbers = np.arange(1, len(lines) + 1, dtype=np.int64)
     if (pc.sum(step).as_py() or 0) < MIN_LINES:
         return None
-    other: list[tuple[int, str]] = []
-    if others:
-        rest = pc.and_(candidate, pc.invert(step))
-        rest_numbers = numbers[rest.to_numpy(zero_copy_only=False)].tolist()
-        other = list(zip(rest_numbers, pc.filter(lines, rest).to_pylist(), strict=True))
+    rest = pc.and_(candidate, pc.invert(step))
+    rest_numbers = numbers[rest.to_numpy(zero_copy_only=False)].tolist()
+    other = list(zip(rest_numbers, pc.filter(lines, rest).to_pylist(), strict=True))
     return pc.filter(lines, step), numbers[step.to_numpy(zero_copy_only=False)], other
+
+
+def _marked_step_lines(lines: pa.Array, marked: pa.Array, marker: str) -> StepLines | None:
+    """The marked lines that are candidates too ("iteration" and "|"): tested on the few marked
+    lines rather than on every line of the log, and "iteration" only when the marker does not
+    spell it out itself."""
+    where = np.flatnonzero(marked.to_numpy(zero_copy_only=False))
+    picked = pc.filter(lines, marked)
+    candidate = pc.match_substring_regex(picked, r"\|")  # (RE2 finds one byte faster than the plain search)
+    if not _spells(marker, "iteration"):
+        candidate = pc.and_(candidate, pc.match_substring(picked, "iteration"))
+    if not pc.all(candidate).as_py():
+        where = where[candidate.to_numpy(zero_copy_only=False)]
+        picked = pc.filter(picked, candidate)
+    if len(where) < MIN_LINES:
+        return None
+    return picked, where + 1, []
+
+
+def _spells(pattern: str, word: str) -> bool:
+    """Whether every match of the regex holds ``word``: the pattern spells it out, with no
+    alternation, group or class that could make it optional, and no quantifier on its end."""
+    at = pattern.find(word)
+    after = pattern[at + len(word) : at + len(word) + 1]
+    return at >= 0 and not any(c in pattern for c in "|([") and after not in ("?", "*", "{", "+")
 
 
 def _step_lines_python(text: str, marker: re.Pattern[str]) -> StepLines | None:
@@ -121,49 +148,31 @@ def _columns(step_lines: pa.Array, snake: Snake) -> dict[str, np.ndarray]:
 
 def _columns_csv(step_lines: pa.Array, snake: Snake) -> dict[str, np.ndarray] | None:
     """NeMo 2 / Megatron columns read with Arrow's CSV reader (see _labelled), or None."""
-    table = _read_pieces(step_lines, "|")
-    if table is None:
+    fast = read_labelled(step_lines, "|", ":", 1, _read_as_float)
+    if fast is not None:
+        cols = _head_columns(fast.heads[0])
+        cols.update(_value_columns(fast, snake))
+        return cols
+    pieces = read_pieces(step_lines, "|")  # a ":" in a head or value (a Megatron timestamp)
+    if pieces is None:
         return None
-    cols = _head_columns(table.column(0))
-    labelled = _labelled(table, 1, ":", snake)
+    cols = _head_columns(pieces.table.column(0))
+    labelled = _labelled(pieces, 1, ":", snake)
     if labelled is None:
         return None
     cols.update(labelled)
     return cols
 
 
-def _read_pieces(lines: pa.Array, delimiter: str) -> pa.Table | None:
-    """The lines cut on ``delimiter`` into string columns, verbatim (no quoting, no nulls), as many
-    as the first line has; None when another line has another count (the reader fails).
-
-    Arrow's CSV reader (threaded, in C++) cuts every line in one go.  Needs lines without "\r"
-    (the reader ends rows there too)."""
-    first = str(lines[0].as_py())
-    if first.startswith("\ufeff"):
-        return None  # the reader would drop it
-    rows = pa.LargeListArray.from_arrays(pa.array([0, len(lines)], type=pa.int64()), lines)
-    body = pc.binary_join(rows, pa.scalar("\n", pa.large_string()))[0].as_buffer()
-    names = [f"c{i}" for i in range(first.count(delimiter) + 1)]
-    try:
-        table = pacsv.read_csv(
-            pa.BufferReader(body),
-            read_options=pacsv.ReadOptions(column_names=names),
-            parse_options=pacsv.ParseOptions(delimiter=delimiter, quote_char=False, ignore_empty_lines=False),
-            convert_options=pacsv.ConvertOptions(column_types=dict.fromkeys(names, pa.large_string())),
-        )
-    except pa.ArrowInvalid:
-        return None  # a line with another count of the delimiter
-    return table if table.num_rows == len(lines) else None
-
-
-def _labelled(table: pa.Table, start: int, sep: str, snake: Snake) -> dict[str, np.ndarray] | None:
-    """The `label<sep>value` columns of the table from ``start`` on, when every line spells each
+def _labelled(pieces: Pieces, start: int, sep: str, snake: Snake) -> dict[str, np.ndarray] | None:
+    """The `label<sep>value` columns of the pieces from ``start`` on, when every line spells each
     label exactly as the first line does; None otherwise (the general split then decides).
 
     A piece of column j is then `<label j><sep><value>` on every line (one starts_with test per
     column), so the value is what follows that prefix, which is what partition(sep) gives.  A
     column without ``sep`` on any line is left out, as the exact parsers leave such pieces out."""
     cols: dict[str, np.ndarray] = {}
+    table = pieces.table
     for j in range(start, table.num_columns):
         piece = table.column(j)  # chunked as read: the kernels take it as it is
         first = str(piece[0].as_py())
@@ -176,6 +185,23 @@ def _labelled(table: pa.Table, start: int, sep: str, snake: Snake) -> dict[str, 
             return None
         value = _strip(pc.utf8_slice_codeunits(piece, len(prefix)))
         cols.update(_column(prefix[: -len(sep)].strip(), value, snake))
+    return cols
+
+
+def _read_as_float(label: str) -> bool:
+    """Whether a label's values are read as float64 by the CSV reader: those of a float field or
+    an unknown label (an int is read exactly from its digits, `suffixed` and `hms` are text)."""
+    f = LABELS.lookup(label)
+    return f is None or f.kind == "float"
+
+
+def _value_columns(labelled: Labelled, snake: Snake) -> dict[str, np.ndarray]:
+    cols: dict[str, np.ndarray] = {}
+    for label, values in labelled.values:
+        if values.type == pa.float64():
+            cols.update(_column(label, values, snake, values.to_numpy()))
+        else:
+            cols.update(_column(label, _strip(values), snake))
     return cols
 
 
@@ -224,22 +250,38 @@ def _head_columns(heads: pa.Array) -> dict[str, np.ndarray]:
     if not pc.all(pc.string_is_ascii(heads)).as_py():
         raise _NoBulk("non-ASCII heads")  # RE2's \d and \s are ASCII-only, Python's are not
     first = str(heads[0].as_py())
+    runs: np.ndarray | None = None
     for f in STEP_MARKER:
-        pattern = re2_ascii(f.regex)
-        if pattern is None:
-            raise _NoBulk(f"{f.name}: no RE2 spelling")
-        if f.pattern.search(first) is None and not pc.any(pc.match_substring_regex(heads, pattern)).as_py():
-            continue  # in no head (the test alone is cheaper than an extraction)
-        found = pc.struct_field(pc.extract_regex(heads, pattern.replace("(", "(?P<v>", 1)), [0])
-        nulls = found.null_count
-        if nulls == len(heads):
-            continue
-        if nulls:
-            raise _NoBulk(f"{f.name} on some lines only")
-        cols[f.name] = found.to_numpy(zero_copy_only=False) if f.kind == "str" else _ints(found)
+        at = run_index(f.pattern, first) if f.kind == "int" and run_shaped(f.regex) else None
+        if at is not None and runs is None:
+            runs = digit_runs(heads)  # once, for every field that reads a digit run
+        if at is not None and runs is not None:
+            if at >= 0:
+                cols[f.name] = np.ascontiguousarray(runs[:, at])
+            continue  # (at < 0: in no head, as in the first one: they all have its shape)
+        found = _extracted(f, heads, first)
+        if found is not None:
+            cols[f.name] = found
     if "step" not in cols:
         raise _NoBulk("no step")
     return cols
+
+
+def _extracted(f: Field, heads: pa.Array, first: str) -> np.ndarray | None:
+    """One step-marker field of every head by RE2 extraction; None when in no head."""
+    pattern = re2_ascii(f.regex)
+    if pattern is None:
+        raise _NoBulk(f"{f.name}: no RE2 spelling")
+    if f.pattern.search(first) is None and not pc.any(pc.match_substring_regex(heads, pattern)).as_py():
+        return None  # in no head (the test alone is cheaper than an extraction)
+    found = pc.struct_field(pc.extract_regex(heads, pattern.replace("(", "(?P<v>", 1)), [0])
+    nulls = found.null_count
+    if nulls == len(heads):
+        return None
+    if nulls:
+        raise _NoBulk(f"{f.name} on some lines only")
+    values: np.ndarray = found.to_numpy(zero_copy_only=False) if f.kind == "str" else _ints(found)
+    return values
 
 
 def _ints(values: pa.Array) -> np.ndarray:
@@ -247,12 +289,14 @@ def _ints(values: pa.Array) -> np.ndarray:
     return ints
 
 
-def _column(label: str, values: pa.Array, snake: Snake) -> dict[str, np.ndarray]:
-    """{name: values} for one label; empty for an unknown label that is never a number."""
+def _column(label: str, values: pa.Array, snake: Snake, numbers: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """{name: values} for one label (``numbers``: the values already read as float64); empty for
+    an unknown label that is never a number."""
     f = LABELS.lookup(label)
     if f is None and not label:
         return {}  # a figure without a label: the exact parser leaves it out
-    numbers = _floats(values)
+    if numbers is None:
+        numbers = _floats(values)
     if f is None:
         if numbers is not None:
             return {snake(label): numbers}
@@ -315,7 +359,7 @@ def bulk_tqdm(text: str, redraw: re.Pattern[str], snake: Snake) -> Bulk | None:
     except (_NoBulk, pa.ArrowException, ValueError, OverflowError):
         return None  # (a lone surrogate, which Arrow cannot hold, is a ValueError too)
     cols["line"] = found.lines
-    return Bulk(pd.DataFrame(cols), [])
+    return Bulk(pd.DataFrame(cols, copy=False), [])
 
 
 def _tqdm_found(text: str, redraw: re.Pattern[str], drop_repeats: bool) -> Refreshes | None:
@@ -335,8 +379,10 @@ def _tqdm_columns(found: Refreshes, snake: Snake) -> dict[str, np.ndarray]:
         "batch": _ints(found.n),
         "total_steps": _ints(found.total),
     }
-    table = _read_pieces(found.postfix, ",") if n else None
-    labelled = None if table is None else _labelled(table, 0, "=", snake)
+    fast = read_labelled(found.postfix, ",", "=", 0, _read_as_float) if n else None
+    pieces = None if fast is not None or not n else read_pieces(found.postfix, ",")
+    labelled = _value_columns(fast, snake) if fast is not None else None
+    labelled = labelled if pieces is None else _labelled(pieces, 0, "=", snake)
     if labelled is not None and labelled:
         cols.update(labelled)
         cols["step"] = _tqdm_steps(cols)

@@ -1,0 +1,75 @@
+"""The lines of an nccl-tests log worth reading, found by Arrow kernels: what nccl_scan.SCAN finds.
+
+SCAN (Python's regex engine) tries its alternatives at every line start: a run of result rows, a
+run of device lines, or one `#` line worth reading, each the first alternative whose line test
+passes, runs taken whole (greedy).  Here each line is tested once per kind by RE2, with the same
+line tests (on ASCII text Python's `\\d` and `\\b` are RE2's), and the runs are cut by numpy:
+the same blocks, in the same order, at a fraction of the cost of a regex attempt per line in
+Python.  Text that is not ASCII gets None, and the caller runs SCAN.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+Match = tuple[str, str, int]  # kind ("rows", "devices" or "hash"), the lines as one text, first line number
+
+
+def line_matches(text: str, row: str, hash_start: str, device: str, hashed: str) -> list[Match] | None:
+    """SCAN's matches (kind, block, 1-based line number of its first line), in file order, from
+    the line tests ``row``, ``device`` and ``hashed`` (regexes tried at a line's start, each
+    without its `.*` tail; ``hash_start``: what both of the last two begin with); None for text
+    that is not ASCII or a test RE2 cannot read."""
+    if not text.isascii():
+        return None  # Python's \d is Unicode there
+    lines = pc.list_flatten(pc.split_pattern(pa.array([text], type=pa.large_string()), pattern="\n"))
+    try:
+        rows = _mask(pc.match_substring_regex(lines, f"^(?:{row})"))
+        # `#` lines are few: test them alone (a run of device lines or one header line each);
+        # Arrow's plain substring search is slower than this anchored regex
+        others = np.flatnonzero(~rows)  # (a long run's log is nearly all rows: test the rest only)
+        rest = lines if len(others) > len(lines) // 2 else pc.take(lines, pa.array(others))
+        hashed_start = _mask(pc.match_substring_regex(rest, f"^(?:{hash_start})"))
+        hashes = np.flatnonzero(hashed_start & ~rows) if rest is lines else others[hashed_start]
+        picked = pc.take(lines, pa.array(hashes))
+        devices = hashes[_mask(pc.match_substring_regex(picked, f"^(?:{device})"))]
+        headers = hashes[_mask(pc.match_substring_regex(picked, f"^(?:{hashed})"))]
+    except pa.ArrowInvalid:
+        return None  # RE2 cannot read a test after all
+    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset : lines.offset + len(lines) + 1]
+    offsets = offsets - offsets[0]  # the lines' text without the newlines, then each line's place:
+    starts = offsets[:-1] + np.arange(len(lines))
+    ends = offsets[1:] + np.arange(len(lines))
+    return list(_in_order(text, starts, ends, np.flatnonzero(rows), devices, np.setdiff1d(headers, devices)))
+
+
+def _mask(test: pa.Array) -> np.ndarray:
+    mask: np.ndarray = np.asarray(test.to_numpy(zero_copy_only=False), dtype=bool)
+    return mask
+
+
+def _runs(indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """First and last line of each run of consecutive line indices."""
+    if not len(indices):
+        return indices, indices
+    breaks = np.flatnonzero(np.diff(indices) != 1)
+    return indices[np.r_[0, breaks + 1]], indices[np.r_[breaks, len(indices) - 1]]
+
+
+def _in_order(
+    text: str, starts: np.ndarray, ends: np.ndarray, rows: np.ndarray, devices: np.ndarray, headers: np.ndarray
+) -> Iterator[Match]:
+    row_first, row_last = _runs(rows)
+    dev_first, dev_last = _runs(devices)
+    first = np.concatenate([row_first, dev_first, headers])
+    last = np.concatenate([row_last, dev_last, headers])
+    kind = np.repeat(np.arange(3, dtype=np.int8), [len(row_first), len(dev_first), len(headers)])
+    order = np.argsort(first, kind="stable")
+    names = ("rows", "devices", "hash")
+    at_start, at_end = starts[first[order]].tolist(), ends[last[order]].tolist()
+    for k, a, b, line in zip(kind[order].tolist(), at_start, at_end, (first[order] + 1).tolist(), strict=True):
+        yield names[k], text[a:b], line

@@ -1,0 +1,136 @@
+"""nccl-tests result rows read by Arrow kernels: split on blanks as str.split does, cast per column.
+
+Every row of a layout is cut into its tokens at once (ASCII whitespace: the rows were checked to
+hold no other character that str.split would cut at), every row must give the layout's count of
+tokens, and the tokens of column j (every width-th one) are cast by Arrow: integers and floats
+as int() and float() read them (correctly rounded), the N/A tokens as NaN; text columns become
+categoricals.  Anything that does not cast gives None and the caller reads the rows another way.
+Arrow's pool keeps its pages between calls: no fresh pages (page faults) per log, unlike the
+tokenizer buffers of pandas' C reader.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from hpckit.results.model import NA_TOKENS, Field
+
+# str.split cuts at these too; Arrow's ASCII split does not (the first four), pandas' C reader
+# none of them
+_OTHER_BLANKS = "\x1c\x1d\x1e\x1f\x0b\x0c"
+_NA = pa.array(sorted(NA_TOKENS), pa.large_string())
+Column = object  # numpy array or pandas Categorical
+
+
+def unsplittable(pieces: list[str]) -> bool:
+    """Whether the rows hold characters that str.split cuts at and the bulk readers do not (or
+    non-ASCII text, whose Unicode blanks the same holds for)."""
+    return any(not piece.isascii() or any(c in piece for c in _OTHER_BLANKS) for piece in pieces)
+
+
+# Text per block of rows: a few MB, which Arrow's pool keeps between blocks and calls, where the
+# rows of a whole long log would be fresh pages (page faults) every time.
+BLOCK_CHARS = 4_000_000
+
+
+def plain(text: str) -> bool:
+    """Whether the text is ASCII without "\\r" or the blanks above: then so is every row in it."""
+    return text.isascii() and not any(c in text for c in _OTHER_BLANKS + "\r")
+
+
+def row_columns(pieces: list[str], fields: list[Field], rows: int) -> list[Column] | None:
+    """The token columns of ``rows`` rows of len(fields) tokens each (the lines of the pieces),
+    read a block of pieces at a time; None when a row has another count or a token does not
+    cast."""
+    blocks: list[list[Column]] = []
+    at, lines = 0, 0
+    while at < len(pieces):
+        size, end = 0, at
+        while end < len(pieces) and (end == at or size + len(pieces[end]) <= BLOCK_CHARS):
+            size += len(pieces[end])
+            end += 1
+        block = _block_columns(pa.array(pieces[at:end], type=pa.large_string()), fields)
+        if block is None:
+            return None
+        lines += len(block[0])  # type: ignore[arg-type]
+        blocks.append(block)
+        at = end
+    if lines != rows or not blocks:
+        return None
+    return [_joined([b[j] for b in blocks]) for j in range(len(fields))]
+
+
+def _joined(parts: list[Column]) -> Column:
+    """One column from its blocks: text columns become one categorical."""
+    if isinstance(parts[0], pa.Array):
+        return _categorical(parts[0] if len(parts) == 1 else pa.chunked_array(parts).combine_chunks())
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)  # type: ignore[arg-type]
+
+
+def _block_columns(pieces: pa.Array, fields: list[Field]) -> list[Column] | None:
+    """The columns of the lines of some pieces (text columns still as Arrow strings)."""
+    lines = pc.list_flatten(pc.split_pattern(pieces, pattern="\n"))
+    tokens = pc.ascii_split_whitespace(pc.ascii_trim_whitespace(lines))
+    lo, hi = (v.as_py() for v in pc.min_max(pc.list_value_length(tokens)).values())
+    width = len(fields)
+    if lo != width or hi != width:
+        return None
+    flat = pc.list_flatten(tokens)
+    offsets = np.frombuffer(flat.buffers()[1], dtype=np.int64)[flat.offset : flat.offset + len(flat) + 1]
+    every_other = pa.array(np.arange(0, 2 * len(lines), 2))
+    columns: list[Column] = []
+    for j, f in enumerate(fields):
+        strings = _strided(flat, offsets, j, width, every_other)
+        column = strings if f.kind == "str" else _column(f, strings)
+        if column is None:
+            return None
+        columns.append(column)
+    return columns
+
+
+def _strided(flat: pa.Array, offsets: np.ndarray, j: int, width: int, every_other: pa.Array) -> pa.Array:
+    """Token j of every row: string views whose offsets are those tokens' edges (every other
+    view is what lies between two of them), then every other one taken."""
+    edges = np.empty(2 * len(every_other) + 1, dtype=np.int64)
+    edges[0:-1:2] = offsets[j:-1:width]
+    edges[1::2] = offsets[j + 1 :: width]
+    edges[-1] = edges[-2]
+    views = pa.LargeStringArray.from_buffers(len(edges) - 1, pa.py_buffer(edges), flat.buffers()[2])
+    return pc.take(views, every_other)
+
+
+def _column(f: Field, tokens: pa.Array) -> Column | None:
+    if f.kind == "str":
+        return _categorical(tokens)
+    if f.kind == "int":
+        try:
+            ints: np.ndarray = pc.cast(tokens, pa.int64()).to_numpy()
+            return ints
+        except pa.ArrowInvalid:
+            pass  # "1.2e+05", "66132.0": read as floats, whole ones are ints (the caller checks)
+    try:
+        floats: np.ndarray = pc.cast(tokens, pa.float64()).to_numpy()
+        return floats
+    except pa.ArrowInvalid:
+        pass
+    missing = pc.is_in(tokens, value_set=_NA)
+    try:
+        numbers = pc.cast(pc.if_else(missing, pa.scalar(None, pa.large_string()), tokens), pa.float64())
+    except pa.ArrowInvalid:
+        return None
+    with_nan: np.ndarray = numbers.to_numpy(zero_copy_only=False)  # nulls as NaN
+    return with_nan
+
+
+def _categorical(tokens: pa.Array) -> Column:
+    """As pd.Categorical(list of the tokens) makes it (categories sorted), from Arrow's encoding."""
+    encoded = pc.dictionary_encode(tokens)
+    found = encoded.dictionary.to_pylist()
+    order = sorted(range(len(found)), key=found.__getitem__)
+    code_of = np.empty(len(found), dtype=np.int64)
+    code_of[order] = np.arange(len(found))
+    codes: np.ndarray = code_of[encoded.indices.to_numpy()]
+    return pd.Categorical.from_codes(codes, categories=pd.Index([found[i] for i in order]))
