@@ -17,11 +17,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from hpckit.results.model import NA_TOKENS, Field
+from hpckit.results.nccl_fields import NULLABLE
 
 # str.split cuts at these too; Arrow's ASCII split does not (the first four), pandas' C reader
 # none of them
 _OTHER_BLANKS = "\x1c\x1d\x1e\x1f\x0b\x0c"
 _NA = pa.array(sorted(NA_TOKENS), pa.large_string())
+# N/A tokens that no float cast reads: a column holding one goes to the N/A path at once (a cast
+# that fails part way costs several times one that succeeds)
+_NOT_FLOATS = pa.array(sorted(t for t in NA_TOKENS if "/" in t), pa.large_string())
 Column = object  # numpy array or pandas Categorical
 
 
@@ -111,11 +115,12 @@ def _column(f: Field, tokens: pa.Array) -> Column | None:
             return ints
         except pa.ArrowInvalid:
             pass  # "1.2e+05", "66132.0": read as floats, whole ones are ints (the caller checks)
-    try:
-        floats: np.ndarray = pc.cast(tokens, pa.float64()).to_numpy()
-        return floats
-    except pa.ArrowInvalid:
-        pass
+    if f.name not in NULLABLE or not pc.any(pc.is_in(tokens, value_set=_NOT_FLOATS)).as_py():
+        try:
+            floats: np.ndarray = pc.cast(tokens, pa.float64()).to_numpy()
+            return floats
+        except pa.ArrowInvalid:
+            pass
     missing = pc.is_in(tokens, value_set=_NA)
     try:
         numbers = pc.cast(pc.if_else(missing, pa.scalar(None, pa.large_string()), tokens), pa.float64())
