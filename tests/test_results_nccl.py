@@ -370,21 +370,10 @@ NCCL_SAMPLES = sorted(p.name for p in DATA.glob("*.txt") if "nccl-tests" in p.na
 
 
 def _line_matches(text: str) -> object:
-    """Arrow's matches with row spans as text; each span's Arrow lines are checked to be that text."""
     from hpckit.results import nccl_lines
     from hpckit.results import nccl_scan as ns
-    from hpckit.results.nccl_rows import LineSpan
 
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(nccl_lines, "SPAN_MIN_LINES", 1)  # every block of rows as Arrow's lines
-        matches = nccl_lines.line_matches(text, ns._ROW_TEST, ns._HASH_START, ns._DEVICE_TEST, ns._HASH_TEST)
-    if matches is None:
-        return None
-    for _, block, _ in matches:
-        if isinstance(block, LineSpan):
-            assert "\n".join(block.lines.slice(block.start, block.stop - block.start).to_pylist()) == block.text
-            assert block.first_line() == block.text.split("\n")[0]
-    return [(kind, block if isinstance(block, str) else block.text, line) for kind, block, line in matches]
+    return nccl_lines.line_matches(text, ns._ROW_TEST, ns._HASH_START, ns._DEVICE_TEST, ns._HASH_TEST)
 
 
 @pytest.mark.parametrize("name", NCCL_SAMPLES)
@@ -421,10 +410,7 @@ def test_arrow_line_matches_on_odd_lines(odd: str) -> None:
 
 
 def _row_readers_agree(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from hpckit.results import nccl_lines
-
     monkeypatch.setattr(nccl_table, "FAST_MIN_ROWS", 1)
-    monkeypatch.setattr(nccl_lines, "SPAN_MIN_LINES", 1)  # every block of rows as Arrow's lines
     try:
         fast: object = parse_text(text, "nccl-tests")
     except ParseError as exc:
@@ -485,39 +471,6 @@ def test_arrow_row_reader_reads_the_rows(monkeypatch: pytest.MonkeyPatch) -> Non
         assert nccl_rows.row_columns(pieces, schema.token_fields(), 41) is None
 
 
-def test_arrow_row_reader_reads_spans_as_text(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Rows handed over as spans of Arrow's lines read as the same rows handed over as text."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from hpckit.results import nccl_rows
-
-    schema = nccl_table.default_schema(13)
-    assert schema is not None
-    rows = [f"{8 << i}  {2 << i}  float  sum  -1  {i}.5  5.16  9.68  0  207.2  5.06  9.49  N/A" for i in range(12)]
-    text = "\n".join(["# x", *rows[:5], "# y", *rows[5:]])
-    lines = pc.list_flatten(pc.split_pattern(pa.array([text], pa.large_string()), pattern="\n"))
-
-    def span(first: int, stop: int) -> nccl_rows.LineSpan:
-        a = sum(len(x) + 1 for x in text.split("\n")[:first])
-        return nccl_rows.LineSpan(lines, first, stop, text, a, a + len("\n".join(text.split("\n")[first:stop])))
-
-    mixed: list[nccl_rows.Piece] = [span(1, 3), span(3, 6), "\n".join(rows[5:8]), span(10, 14)]
-    assert nccl_rows.texts(mixed) == [
-        "\n".join(rows[:2]),
-        "\n".join(rows[2:5]),
-        "\n".join(rows[5:8]),
-        "\n".join(rows[8:]),
-    ]
-    for block in (10**9, 1):
-        monkeypatch.setattr(nccl_rows, "BLOCK_CHARS", block)
-        got = nccl_rows.row_columns(mixed, schema.token_fields(), 12)
-        want = nccl_rows.row_columns(nccl_rows.texts(mixed), schema.token_fields(), 12)
-        assert got is not None and want is not None
-        for g, w in zip(got, want, strict=True):
-            np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
-
-
 @pytest.mark.parametrize("name", ["all_reduce-modern-2node-16gpu-h100-a3mega-full-sweep.txt"])
 def test_arrow_row_reader_in_blocks_agrees(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from hpckit.results import nccl_rows
@@ -528,13 +481,3 @@ def test_arrow_row_reader_in_blocks_agrees(name: str, monkeypatch: pytest.Monkey
     rows = [i for i, ln in enumerate(lines) if ln.lstrip()[:1].isdigit()]
     lines[rows[0] + 3 : rows[0] + 3] = ["# a break: the rows come in two pieces"]
     _row_readers_agree("\n".join(lines), monkeypatch)
-
-
-@pytest.mark.parametrize("name", NCCL_SAMPLES)
-def test_rows_as_arrow_lines_read_as_text(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every sample (prefixed and plain blocks alike) reads the same with rows handed over as
-    spans of Arrow's lines and as text, and the same as the exact reader."""
-    text = (DATA / name).read_text()
-    _row_readers_agree(text, monkeypatch)
-    # twice over, so that a prefixed sample's text pieces and plain spans meet in one read
-    _row_readers_agree(text + "\n" + (DATA / NCCL_SAMPLES[-1]).read_text(), monkeypatch)

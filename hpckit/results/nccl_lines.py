@@ -16,14 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hpckit.results.nccl_rows import LineSpan, Piece
-
-# Long blocks of rows stay in Arrow's lines (no Python string of them, no second split); short
-# ones (thousands of runs of a few dozen rows) are cheaper as text: an Arrow take per block of
-# the bulk reader puts pieces of both kinds back in order, which costs more than it saves there
-SPAN_MIN_LINES = 256
-# kind ("rows", "devices" or "hash"), the lines (rows: as Arrow holds them), first line number
-Match = tuple[str, Piece, int]
+Match = tuple[str, str, int]  # kind ("rows", "devices" or "hash"), the lines as one text, first line number
 
 
 def line_matches(text: str, row: str, hash_start: str, device: str, hashed: str) -> list[Match] | None:
@@ -51,7 +44,7 @@ def line_matches(text: str, row: str, hash_start: str, device: str, hashed: str)
     offsets = offsets - offsets[0]  # the lines' text without the newlines, then each line's place:
     starts = offsets[:-1] + np.arange(len(lines))
     ends = offsets[1:] + np.arange(len(lines))
-    return list(_in_order(text, lines, starts, ends, np.flatnonzero(rows), devices, np.setdiff1d(headers, devices)))
+    return list(_in_order(text, starts, ends, np.flatnonzero(rows), devices, np.setdiff1d(headers, devices)))
 
 
 def _mask(test: pa.Array) -> np.ndarray:
@@ -68,13 +61,7 @@ def _runs(indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _in_order(
-    text: str,
-    lines: pa.Array,
-    starts: np.ndarray,
-    ends: np.ndarray,
-    rows: np.ndarray,
-    devices: np.ndarray,
-    headers: np.ndarray,
+    text: str, starts: np.ndarray, ends: np.ndarray, rows: np.ndarray, devices: np.ndarray, headers: np.ndarray
 ) -> Iterator[Match]:
     row_first, row_last = _runs(rows)
     dev_first, dev_last = _runs(devices)
@@ -84,11 +71,5 @@ def _in_order(
     order = np.argsort(first, kind="stable")
     names = ("rows", "devices", "hash")
     at_start, at_end = starts[first[order]].tolist(), ends[last[order]].tolist()
-    stops = (last[order] + 1).tolist()
-    for k, a, b, line, stop in zip(
-        kind[order].tolist(), at_start, at_end, (first[order] + 1).tolist(), stops, strict=True
-    ):
-        if k == 0 and stop - line >= SPAN_MIN_LINES:  # (line numbers are 1-based, indices 0-based)
-            yield "rows", LineSpan(lines, line - 1, stop, text, a, b), line
-        else:
-            yield names[k], text[a:b], line
+    for k, a, b, line in zip(kind[order].tolist(), at_start, at_end, (first[order] + 1).tolist(), strict=True):
+        yield names[k], text[a:b], line

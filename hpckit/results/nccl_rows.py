@@ -29,38 +29,6 @@ _NOT_FLOATS = pa.array(sorted(t for t in NA_TOKENS if "/" in t), pa.large_string
 Column = object  # numpy array or pandas Categorical
 
 
-class LineSpan:
-    """Lines ``start`` to ``stop`` of an Arrow array of a log's lines, which are ``source[a:b]``:
-    a block of rows handed to the bulk reader as Arrow already holds it (no Python string of it,
-    no second split into lines); its text is cut from the log only when something reads it."""
-
-    __slots__ = ("a", "b", "lines", "source", "start", "stop")
-
-    def __init__(self, lines: pa.Array, start: int, stop: int, source: str, a: int, b: int) -> None:
-        self.lines, self.start, self.stop = lines, start, stop
-        self.source, self.a, self.b = source, a, b
-
-    @property
-    def text(self) -> str:
-        return self.source[self.a : self.b]
-
-    def first_line(self) -> str:
-        end = self.source.find("\n", self.a, self.b)
-        return self.source[self.a : self.b if end < 0 else end]
-
-
-Piece = str | LineSpan  # rows as text (lines joined by newlines), or as Arrow holds them
-
-
-def texts(pieces: list[Piece]) -> list[str]:
-    """The pieces as text (for the readers that need it)."""
-    return [p if isinstance(p, str) else p.text for p in pieces]
-
-
-def _size(piece: Piece) -> int:
-    return len(piece) if isinstance(piece, str) else piece.b - piece.a
-
-
 def unsplittable(pieces: list[str]) -> bool:
     """Whether the rows hold characters that str.split cuts at and the bulk readers do not (or
     non-ASCII text, whose Unicode blanks the same holds for)."""
@@ -77,7 +45,7 @@ def plain(text: str) -> bool:
     return text.isascii() and not any(c in text for c in _OTHER_BLANKS + "\r")
 
 
-def row_columns(pieces: list[Piece], fields: list[Field], rows: int) -> list[Column] | None:
+def row_columns(pieces: list[str], fields: list[Field], rows: int) -> list[Column] | None:
     """The token columns of ``rows`` rows of len(fields) tokens each (the lines of the pieces),
     read a block of pieces at a time; None when a row has another count or a token does not
     cast."""
@@ -85,10 +53,10 @@ def row_columns(pieces: list[Piece], fields: list[Field], rows: int) -> list[Col
     at, lines = 0, 0
     while at < len(pieces):
         size, end = 0, at
-        while end < len(pieces) and (end == at or size + _size(pieces[end]) <= BLOCK_CHARS):
-            size += _size(pieces[end])
+        while end < len(pieces) and (end == at or size + len(pieces[end]) <= BLOCK_CHARS):
+            size += len(pieces[end])
             end += 1
-        block = _block_columns(_lines(pieces[at:end]), fields)
+        block = _block_columns(pa.array(pieces[at:end], type=pa.large_string()), fields)
         if block is None:
             return None
         lines += len(block[0])  # type: ignore[arg-type]
@@ -106,41 +74,9 @@ def _joined(parts: list[Column]) -> Column:
     return parts[0] if len(parts) == 1 else np.concatenate(parts)  # type: ignore[arg-type]
 
 
-def _lines(pieces: list[Piece]) -> pa.Array:
-    """The lines of the pieces, in order: the spans' lines taken from their lines array in one
-    take, the text pieces split by Arrow in one go, and the two put back in order by one more
-    take (pieces of both kinds alternate in logs where some runs' rows carry a launcher prefix)."""
-    spans = [p for p in pieces if isinstance(p, LineSpan)]
-    strs = [p for p in pieces if isinstance(p, str)]
-    if spans and any(s.lines is not spans[0].lines for s in spans):
-        strs, spans = texts(pieces), []  # (one log's spans share one array: never seen)
-    if not spans:
-        return pc.list_flatten(pc.split_pattern(pa.array(strs, type=pa.large_string()), pattern="\n"))
-    starts = np.asarray([s.start for s in spans], dtype=np.int64)
-    taken = _ranges(spans[0].lines, starts, np.asarray([s.stop for s in spans], dtype=np.int64) - starts)
-    if not strs:
-        return taken
-    split = pc.list_flatten(pc.split_pattern(pa.array(strs, type=pa.large_string()), pattern="\n"))
-    # where each piece's lines lie in (span lines, then text lines), in the pieces' order
-    counts = np.asarray([p.stop - p.start if isinstance(p, LineSpan) else p.count("\n") + 1 for p in pieces])
-    is_span = np.asarray([isinstance(p, LineSpan) for p in pieces])
-    at = np.empty(len(pieces), dtype=np.int64)
-    at[is_span] = np.cumsum(counts[is_span]) - counts[is_span]
-    at[~is_span] = len(taken) + np.cumsum(counts[~is_span]) - counts[~is_span]
-    return _ranges(pa.concat_arrays([taken, split]), at, counts)
-
-
-def _ranges(lines: pa.Array, starts: np.ndarray, counts: np.ndarray) -> pa.Array:
-    """Lines ``starts[i]`` to ``starts[i] + counts[i]`` of every i, one range after another."""
-    if len(starts) == 1:
-        return lines.slice(int(starts[0]), int(counts[0]))
-    # a running count, shifted at each range's start
-    index = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(starts - (np.cumsum(counts) - counts), counts)
-    return pc.take(lines, pa.array(index))
-
-
-def _block_columns(lines: pa.Array, fields: list[Field]) -> list[Column] | None:
-    """The columns of some lines of rows (text columns still as Arrow strings)."""
+def _block_columns(pieces: pa.Array, fields: list[Field]) -> list[Column] | None:
+    """The columns of the lines of some pieces (text columns still as Arrow strings)."""
+    lines = pc.list_flatten(pc.split_pattern(pieces, pattern="\n"))
     tokens = pc.ascii_split_whitespace(pc.ascii_trim_whitespace(lines))
     lo, hi = (v.as_py() for v in pc.min_max(pc.list_value_length(tokens)).values())
     width = len(fields)

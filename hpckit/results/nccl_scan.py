@@ -17,7 +17,6 @@ from hpckit.results.lines import PREFIX_RE, excerpt, strip_prefix
 from hpckit.results.model import Value
 from hpckit.results.nccl_fields import BINARY, NCCL_VERSION, LineRule, classify_header
 from hpckit.results.nccl_lines import Match, line_matches
-from hpckit.results.nccl_rows import LineSpan, Piece
 from hpckit.results.nccl_table import Schema, schema_from_header
 
 # launcher prefix (see lines.PREFIX_RE), row, device line and the `#` lines worth reading
@@ -48,13 +47,9 @@ _RANK0 = re.compile(r"#\s*Rank\s+0\b")
 class Chunk:
     """Consecutive result rows as printed (launcher prefix removed), and where they start."""
 
-    piece: Piece
+    text: str
     first_line: int
     rows: int
-
-    @property
-    def text(self) -> str:
-        return self.piece if isinstance(self.piece, str) else self.piece.text
 
 
 @dataclass
@@ -120,8 +115,6 @@ def scan(text: str, source: str) -> Scan:
     for kind, block, lineno in _scan_matches(text) if matches is None else matches:
         if kind == "rows":
             _rows(sc, block, lineno)
-        elif isinstance(block, LineSpan):
-            raise TypeError("only rows come as spans")  # (for the type checker: never happens)
         elif kind == "devices":
             _devices(sc, block, lineno)
         else:
@@ -165,21 +158,13 @@ def _split_by_tag(block: str, lineno: int) -> list[tuple[int, int, str]]:
     return [(tag, n, "\n".join(lines)) for tag, n, lines in stretches]
 
 
-def _rows(sc: Scan, block: Piece, lineno: int) -> None:
-    if isinstance(block, LineSpan):
-        if PREFIX_RE.match(block.first_line()) is None:  # (the test _split_by_tag makes)
-            _chunk(sc, -1, block, lineno, block.stop - block.start)  # no prefix: rows as Arrow holds them
-            return
-        block = block.text
+def _rows(sc: Scan, block: str, lineno: int) -> None:
     for tag, first, text in _split_by_tag(block, lineno):
-        _chunk(sc, tag, text, first, text.count("\n") + 1)
-
-
-def _chunk(sc: Scan, tag: int, piece: Piece, first: int, count: int) -> None:
-    run = sc.current.get(tag) or (sc.runs[-1] if sc.runs else None) or sc.new_run(tag, first)
-    run.chunks.append(Chunk(piece, first, count))
-    run.nrows += count
-    sc.last_row_line = max(sc.last_row_line, first + count - 1)
+        run = sc.current.get(tag) or (sc.runs[-1] if sc.runs else None) or sc.new_run(tag, first)
+        count = text.count("\n") + 1
+        run.chunks.append(Chunk(text, first, count))
+        run.nrows += count
+        sc.last_row_line = max(sc.last_row_line, first + count - 1)
 
 
 def _devices(sc: Scan, block: str, lineno: int) -> None:

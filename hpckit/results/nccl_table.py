@@ -28,7 +28,7 @@ from hpckit.results.nccl_fields import (
     PLACEMENTS,
     TIMESTAMP_TOKEN,
 )
-from hpckit.results.nccl_rows import Piece, row_columns, texts, unsplittable
+from hpckit.results.nccl_rows import row_columns, unsplittable
 
 FAST_MIN_ROWS = 32  # below this the bulk reader's fixed cost outweighs its speed
 # a column as parsed: a numpy array, or a pandas Categorical for text (pandas-stubs cannot type the mix)
@@ -120,27 +120,26 @@ class RowError(ValueError):
     """A row does not fit the schema (carries the reason; the caller knows the line)."""
 
 
-def parse_rows(schema: Schema, text: str | list[Piece], linenos: np.ndarray, plain: bool = False) -> Block:
+def parse_rows(schema: Schema, text: str | list[str], linenos: np.ndarray, plain: bool = False) -> Block:
     """Parse table rows (one per line of ``text``, or of its pieces joined by newlines, line
     numbers alongside); the fast bulk path first, the exact row-by-row path when the bulk read
     looks off.  ``plain``: the caller knows the text to be ASCII, without "\\r" or the blanks
     below (one test of the whole log rather than one per piece)."""
-    pieces: list[Piece] = [text] if isinstance(text, str) else text
+    pieces = [text] if isinstance(text, str) else text
     # blanks that str.split cuts at and neither bulk reader does (pandas': spaces and tabs only),
     # or non-ASCII text (Unicode blanks): the exact path reads those
-    if len(linenos) >= FAST_MIN_ROWS and (plain or not unsplittable(texts(pieces))):
-        cr = not plain and any("\r" in piece for piece in texts(pieces))
+    if len(linenos) >= FAST_MIN_ROWS and (plain or not unsplittable(pieces)):
+        cr = not plain and any("\r" in piece for piece in pieces)
         block = None if cr else _parse_arrow(schema, pieces, linenos)
         if block is None:
-            strs = texts(pieces)
             try:
-                body = _stripped("\n".join(strs)).encode() if cr else _joined(strs)
+                body = _stripped("\n".join(pieces)).encode() if cr else _joined(pieces)
             except ValueError:  # a lone surrogate: no UTF-8 for it, the exact path reads the str
                 body = b""
             block = _parse_bulk(schema, body, linenos) if body else None
         if block is not None:
             return block
-    return _parse_slow(schema, _stripped("\n".join(texts(pieces))).split("\n"), linenos.tolist())
+    return _parse_slow(schema, _stripped("\n".join(pieces)).split("\n"), linenos.tolist())
 
 
 def _joined(pieces: list[str]) -> pa.Buffer:
@@ -164,7 +163,7 @@ def _stripped(text: str) -> str:
 # ---------------------------------------------------------------- bulk path (pandas C reader)
 
 
-def _parse_arrow(schema: Schema, pieces: list[Piece], linenos: np.ndarray) -> Block | None:
+def _parse_arrow(schema: Schema, pieces: list[str], linenos: np.ndarray) -> Block | None:
     """The rows read by Arrow kernels (nccl_rows), or None (then pandas' C reader tries)."""
     if schema.timestamp:
         return None

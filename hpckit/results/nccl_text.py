@@ -97,7 +97,7 @@ def _frame(sc: Scan, plain: bool) -> tuple[pd.DataFrame, bool]:
     for schema, runs in groups.values():
         chunks = [(run.index, c) for run in runs for c in run.chunks]
         linenos, owner = _numbering(chunks)
-        block = parse_rows(schema, [c.piece for _, c in chunks], linenos, plain)
+        block = parse_rows(schema, [c.text for _, c in chunks], linenos, plain)
         if block.bad:
             partial |= _bad_rows(sc, block, dict(zip(linenos.tolist(), owner.tolist(), strict=True)))
         parts.append(_melt(block, schema, owner[block.index]))
