@@ -16,14 +16,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-Match = tuple[str, str, int]  # kind ("rows", "devices" or "hash"), the lines as one text, first line number
+# kind ("rows", "devices" or "hash"), the lines as one text, first line number, count of lines
+Match = tuple[str, str, int, int]
 
 
 def line_matches(text: str, row: str, hash_start: str, device: str, hashed: str) -> list[Match] | None:
-    """SCAN's matches (kind, block, 1-based line number of its first line), in file order, from
-    the line tests ``row``, ``device`` and ``hashed`` (regexes tried at a line's start, each
-    without its `.*` tail; ``hash_start``: what both of the last two begin with); None for text
-    that is not ASCII or a test RE2 cannot read."""
+    """SCAN's matches (kind, block, 1-based line number of its first line, count of lines), in
+    file order, from the line tests ``row``, ``device`` and ``hashed`` (regexes tried at a line's
+    start, each without its `.*` tail; ``hash_start``: what both of the last two begin with);
+    None for text that is not ASCII or a test RE2 cannot read."""
     if not text.isascii():
         return None  # Python's \d is Unicode there
     lines = pc.list_flatten(pc.split_pattern(pa.array([text], type=pa.large_string()), pattern="\n"))
@@ -71,5 +72,6 @@ def _in_order(
     order = np.argsort(first, kind="stable")
     names = ("rows", "devices", "hash")
     at_start, at_end = starts[first[order]].tolist(), ends[last[order]].tolist()
-    for k, a, b, line in zip(kind[order].tolist(), at_start, at_end, (first[order] + 1).tolist(), strict=True):
-        yield names[k], text[a:b], line
+    line_at, counts = (first[order] + 1).tolist(), (last[order] - first[order] + 1).tolist()
+    for k, a, b, line, count in zip(kind[order].tolist(), at_start, at_end, line_at, counts, strict=True):
+        yield names[k], text[a:b], line, count

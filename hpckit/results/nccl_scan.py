@@ -112,14 +112,13 @@ def scan(text: str, source: str) -> Scan:
     """Runs, header values and row blocks of an nccl-tests log (rows are parsed later, in bulk)."""
     sc = Scan(source)
     matches = line_matches(text, _ROW_TEST, _HASH_START, _DEVICE_TEST, _HASH_TEST)
-    for kind, block, lineno in _scan_matches(text) if matches is None else matches:
+    for kind, block, lineno, nlines in _scan_matches(text) if matches is None else matches:
         if kind == "rows":
-            _rows(sc, block, lineno)
+            _rows(sc, block, lineno, nlines)
         elif kind == "devices":
             _devices(sc, block, lineno)
         else:
-            line, tag = _unprefixed(block)
-            _header_line(sc, line, lineno, tag)
+            _header_line(sc, lineno, *_header(block))
     _versions_and_binaries(sc, text)
     return sc
 
@@ -133,21 +132,22 @@ def _scan_matches(text: str) -> Iterator[Match]:
         lineno += padded.count("\n", counted, start + 1)
         counted = start + 1
         kind = m.lastgroup or "hash"
-        yield kind, m.group(kind), lineno
+        block = m.group(kind)
+        yield kind, block, lineno, block.count("\n") + 1
 
 
 # ---------------------------------------------------------------- blocks
 
 
-def _split_by_tag(block: str, lineno: int) -> list[tuple[int, int, str]]:
-    """(tag, first line, lines without prefix) for each stretch of one launcher tag in a block."""
+def _split_by_tag(block: str, lineno: int, nlines: int) -> list[tuple[int, int, str, int]]:
+    """(tag, first line, lines without prefix, their count) for each stretch of one launcher tag
+    in a block of ``nlines`` lines."""
     first = PREFIX_RE.match(block)
     if first is None:
-        return [(-1, lineno, block)]  # no prefix at all (rows never start with "[" or "N:")
+        return [(-1, lineno, block, nlines)]  # no prefix at all (rows never start with "[" or "N:")
     prefix = first.group(0)
-    nlines = block.count("\n") + 1
     if block.count("\n" + prefix) == nlines - 1:  # one tag throughout: strip it in one go
-        return [(strip_prefix(block)[1], lineno, block[len(prefix) :].replace("\n" + prefix, "\n"))]
+        return [(strip_prefix(block)[1], lineno, block[len(prefix) :].replace("\n" + prefix, "\n"), nlines)]
     stretches: list[tuple[int, int, list[str]]] = []
     for i, raw in enumerate(block.split("\n")):
         line, tag = strip_prefix(raw)
@@ -155,13 +155,12 @@ def _split_by_tag(block: str, lineno: int) -> list[tuple[int, int, str]]:
             stretches[-1][2].append(line)
         else:
             stretches.append((tag, lineno + i, [line]))
-    return [(tag, n, "\n".join(lines)) for tag, n, lines in stretches]
+    return [(tag, n, "\n".join(lines), len(lines)) for tag, n, lines in stretches]
 
 
-def _rows(sc: Scan, block: str, lineno: int) -> None:
-    for tag, first, text in _split_by_tag(block, lineno):
+def _rows(sc: Scan, block: str, lineno: int, nlines: int) -> None:
+    for tag, first, text, count in _split_by_tag(block, lineno, nlines):
         run = sc.current.get(tag) or (sc.runs[-1] if sc.runs else None) or sc.new_run(tag, first)
-        count = text.count("\n") + 1
         run.chunks.append(Chunk(text, first, count))
         run.nrows += count
         sc.last_row_line = max(sc.last_row_line, first + count - 1)
@@ -177,7 +176,8 @@ def _device_stretches(block: str) -> tuple[tuple[int, int, tuple[str, ...]], ...
     """(tag, line offset, stripped lines) per stretch of a device block: runs on the same nodes
     print the same block, so each distinct one is cut once."""
     return tuple(
-        (tag, first, tuple(line.strip() for line in text.split("\n"))) for tag, first, text in _split_by_tag(block, 0)
+        (tag, first, tuple(line.strip() for line in text.split("\n")))
+        for tag, first, text, _ in _split_by_tag(block, 0, block.count("\n") + 1)
     )
 
 
@@ -185,22 +185,17 @@ def _device_stretches(block: str) -> tuple[tuple[int, int, tuple[str, ...]], ...
 
 
 @lru_cache(maxsize=4096)
-def _unprefixed(raw: str) -> tuple[str, int]:
-    """A `#` line without its launcher prefix and blanks, and its rank tag (cached as below)."""
+def _header(raw: str) -> tuple[str, int, LineRule | None, dict[str, Value]]:
+    """A `#` line without its launcher prefix and blanks, its rank tag, kind and values.  Logs of
+    many runs print the same header lines again and again (params, versions, out-of-bounds
+    footers): each distinct line is read once (the values are copied out, never changed)."""
     line, tag = strip_prefix(raw)
-    return line.strip(), tag
+    s = line.strip()
+    rule = classify_header(s)
+    return s, tag, rule, ({} if rule is None else rule.extract(s))
 
 
-@lru_cache(maxsize=4096)
-def _classified(line: str) -> tuple[LineRule | None, tuple[tuple[str, Value], ...]]:
-    """Kind and values of a `#` line.  Logs of many runs print the same header lines again and
-    again (params, versions, out-of-bounds footers): each distinct line is read once."""
-    rule = classify_header(line)
-    return rule, (() if rule is None else tuple(rule.extract(line).items()))
-
-
-def _header_line(sc: Scan, s: str, lineno: int, tag: int) -> None:
-    rule, values = _classified(s)
+def _header_line(sc: Scan, lineno: int, s: str, tag: int, rule: LineRule | None, values: dict[str, Value]) -> None:
     if rule is None:
         _maybe_columns(sc, s, lineno, tag)
         return
@@ -221,6 +216,8 @@ def _header_line(sc: Scan, s: str, lineno: int, tag: int) -> None:
 
 
 _SCHEMAS: dict[tuple[str, ...], Schema | None] = {}
+_NOT_COLUMNS = object()  # a `#` line without a "size" token
+_LINE_SCHEMAS: dict[str, object] = {}  # line -> its schema, None or _NOT_COLUMNS
 
 
 def _schema_cached(tokens: tuple[str, ...]) -> Schema | None:
@@ -228,16 +225,28 @@ def _schema_cached(tokens: tuple[str, ...]) -> Schema | None:
     if tokens not in _SCHEMAS:
         if len(_SCHEMAS) > 256:
             _SCHEMAS.clear()
+            _LINE_SCHEMAS.clear()  # (equal headers must keep sharing one Schema)
         _SCHEMAS[tokens] = schema_from_header(tokens)
     return _SCHEMAS[tokens]
 
 
+def _line_schema(s: str) -> object:
+    """The schema of a column header line, each distinct line split once."""
+    found = _LINE_SCHEMAS.get(s, _LINE_SCHEMAS)
+    if found is _LINE_SCHEMAS:
+        tokens = s[1:].split()
+        found = _schema_cached(tuple(tokens)) if "size" in tokens else _NOT_COLUMNS
+        if len(_LINE_SCHEMAS) > 4096:
+            _LINE_SCHEMAS.clear()
+        _LINE_SCHEMAS[s] = found
+    return found
+
+
 def _maybe_columns(sc: Scan, s: str, lineno: int, tag: int) -> None:
-    tokens = s[1:].split()
-    if "size" not in tokens:
+    schema = _line_schema(s)
+    if schema is _NOT_COLUMNS:
         return
-    schema = _schema_cached(tuple(tokens))
-    if schema is None:
+    if not isinstance(schema, Schema):
         sc.warnings.append(f"line {lineno}: unrecognised column header ignored: {excerpt(s, 80)}")
         return
     run = sc.current.get(tag)
