@@ -373,7 +373,8 @@ def _line_matches(text: str) -> object:
     from hpckit.results import nccl_lines
     from hpckit.results import nccl_scan as ns
 
-    return nccl_lines.line_matches(text, ns._ROW_TEST, ns._HASH_START, ns._DEVICE_TEST, ns._HASH_TEST)
+    found = nccl_lines.line_matches(text, ns._ROW_TEST, ns._HASH_START, ns._DEVICE_TEST, ns._HASH_TEST)
+    return None if found is None else found[0]
 
 
 @pytest.mark.parametrize("name", NCCL_SAMPLES)
@@ -481,3 +482,21 @@ def test_arrow_row_reader_in_blocks_agrees(name: str, monkeypatch: pytest.Monkey
     rows = [i for i, ln in enumerate(lines) if ln.lstrip()[:1].isdigit()]
     lines[rows[0] + 3 : rows[0] + 3] = ["# a break: the rows come in two pieces"]
     _row_readers_agree("\n".join(lines), monkeypatch)
+
+
+@pytest.mark.parametrize("odd_row", [False, True])
+def test_binaries_found_in_the_lines_that_are_not_rows(odd_row: bool) -> None:
+    """When rows are most of the log only the other lines are searched for binary names: the
+    same names as a search of the whole text, also when a row holds one (then the whole text)."""
+    from hpckit.results import nccl_scan as ns
+
+    text = (DATA / "all_reduce-modern-2node-16gpu-h100-a3mega-full-sweep.txt").read_text()
+    lines = text.split("\n")
+    rows = [ln for ln in lines if ln.lstrip()[:1].isdigit()]
+    body = "\n".join(lines + rows * 20 + ["+ srun ./build/all_gather_perf -b 8 -e 1G"] + rows)
+    if odd_row:
+        body += "\n" + rows[0] + " x_perf sendrecv_perf"
+    whole = ns.Scan("x")
+    ns._binaries(whole, body)
+    assert ns.scan(body, "x").binaries == whole.binaries
+    assert ("sendrecv" in whole.binaries) is odd_row and "all_gather" in whole.binaries

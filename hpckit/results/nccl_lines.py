@@ -20,11 +20,15 @@ import pyarrow.compute as pc
 Match = tuple[str, str, int, int]
 
 
-def line_matches(text: str, row: str, hash_start: str, device: str, hashed: str) -> list[Match] | None:
+def line_matches(
+    text: str, row: str, hash_start: str, device: str, hashed: str
+) -> tuple[list[Match], str | None] | None:
     """SCAN's matches (kind, block, 1-based line number of its first line, count of lines), in
     file order, from the line tests ``row``, ``device`` and ``hashed`` (regexes tried at a line's
     start, each without its `.*` tail; ``hash_start``: what both of the last two begin with);
-    None for text that is not ASCII or a test RE2 cannot read."""
+    None for text that is not ASCII or a test RE2 cannot read.  With them, when rows are most of
+    the log: the other lines joined by newlines (else None), for searches that rows cannot hold
+    answers to."""
     if not text.isascii():
         return None  # Python's \d is Unicode there
     lines = pc.list_flatten(pc.split_pattern(pa.array([text], type=pa.large_string()), pattern="\n"))
@@ -45,7 +49,14 @@ def line_matches(text: str, row: str, hash_start: str, device: str, hashed: str)
     offsets = offsets - offsets[0]  # the lines' text without the newlines, then each line's place:
     starts = offsets[:-1] + np.arange(len(lines))
     ends = offsets[1:] + np.arange(len(lines))
-    return list(_in_order(text, starts, ends, np.flatnonzero(rows), devices, np.setdiff1d(headers, devices)))
+    matches = list(_in_order(text, starts, ends, np.flatnonzero(rows), devices, np.setdiff1d(headers, devices)))
+    return matches, None if rest is lines else _joined(rest)
+
+
+def _joined(lines: pa.Array) -> str:
+    one = pa.LargeListArray.from_arrays(pa.array([0, len(lines)], type=pa.int64()), lines)
+    text: str = pc.binary_join(one, pa.scalar("\n", pa.large_string()))[0].as_py()
+    return text
 
 
 def _mask(test: pa.Array) -> np.ndarray:

@@ -111,7 +111,8 @@ class Scan:
 def scan(text: str, source: str) -> Scan:
     """Runs, header values and row blocks of an nccl-tests log (rows are parsed later, in bulk)."""
     sc = Scan(source)
-    matches = line_matches(text, _ROW_TEST, _HASH_START, _DEVICE_TEST, _HASH_TEST)
+    found = line_matches(text, _ROW_TEST, _HASH_START, _DEVICE_TEST, _HASH_TEST)
+    matches, others = (None, None) if found is None else found
     for kind, block, lineno, nlines in _scan_matches(text) if matches is None else matches:
         if kind == "rows":
             _rows(sc, block, lineno, nlines)
@@ -119,7 +120,10 @@ def scan(text: str, source: str) -> Scan:
             _devices(sc, block, lineno)
         else:
             _header_line(sc, lineno, *_header(block))
-    _versions_and_binaries(sc, text)
+    _versions(sc, text)
+    # binary names: rows hold none when they hold no "_": then the other lines are searched alone
+    no_rows = others is not None and not any("_" in c.text for r in sc.runs for c in r.chunks)
+    _binaries(sc, others if no_rows and others is not None else text)
     return sc
 
 
@@ -257,13 +261,18 @@ def _maybe_columns(sc: Scan, s: str, lineno: int, tag: int) -> None:
     run.schema = schema
 
 
-def _versions_and_binaries(sc: Scan, text: str) -> None:
-    """`NCCL version x` (first one) and binary names mentioned anywhere, e.g. in a command echo."""
+def _versions(sc: Scan, text: str) -> None:
+    """`NCCL version x` (first one)."""
     at = text.find("NCCL version")
     if at >= 0:
         version = NCCL_VERSION.search(text[max(at - 1, 0) : at + 80])
         if isinstance(version, str):
             sc.nccl_version = version
+
+
+def _binaries(sc: Scan, text: str) -> None:
+    """Binary names mentioned anywhere, e.g. in a command echo (a name lies within a line: the
+    lines that can hold one are enough)."""
     at = text.find("_perf")
     while at >= 0 and len(sc.binaries) < 64:
         start = at
