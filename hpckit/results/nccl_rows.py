@@ -51,11 +51,12 @@ def row_columns(pieces: list[str], fields: list[Field], rows: int) -> list[Colum
     cast."""
     blocks: list[list[Column]] = []
     at, lines = 0, 0
+    # characters before each piece: a block ends at the last piece that still fits (thousands of
+    # short runs: found by a search rather than a loop over the pieces)
+    before = np.zeros(len(pieces) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces)), out=before[1:])
     while at < len(pieces):
-        size, end = 0, at
-        while end < len(pieces) and (end == at or size + len(pieces[end]) <= BLOCK_CHARS):
-            size += len(pieces[end])
-            end += 1
+        end = max(at + 1, int(np.searchsorted(before, before[at] + BLOCK_CHARS, side="right")) - 1)
         block = _block_columns(pa.array(pieces[at:end], type=pa.large_string()), fields)
         if block is None:
             return None
