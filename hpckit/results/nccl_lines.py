@@ -41,15 +41,17 @@ def line_matches(
         hashed_start = _mask(pc.match_substring_regex(rest, f"^(?:{hash_start})"))
         hashes = np.flatnonzero(hashed_start & ~rows) if rest is lines else others[hashed_start]
         picked = pc.take(lines, pa.array(hashes))
-        devices = hashes[_mask(pc.match_substring_regex(picked, f"^(?:{device})"))]
-        headers = hashes[_mask(pc.match_substring_regex(picked, f"^(?:{hashed})"))]
+        is_device = _mask(pc.match_substring_regex(picked, f"^(?:{device})"))
+        # a device line is read as such even when the header test passes too
+        headers = hashes[_mask(pc.match_substring_regex(picked, f"^(?:{hashed})")) & ~is_device]
+        devices = hashes[is_device]
     except pa.ArrowInvalid:
         return None  # RE2 cannot read a test after all
     offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset : lines.offset + len(lines) + 1]
     offsets = offsets - offsets[0]  # the lines' text without the newlines, then each line's place:
     starts = offsets[:-1] + np.arange(len(lines))
     ends = offsets[1:] + np.arange(len(lines))
-    matches = list(_in_order(text, starts, ends, np.flatnonzero(rows), devices, np.setdiff1d(headers, devices)))
+    matches = list(_in_order(text, starts, ends, np.flatnonzero(rows), devices, headers))
     return matches, None if rest is lines else _joined(rest)
 
 
