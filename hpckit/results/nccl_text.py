@@ -134,13 +134,17 @@ def _melt(block: Block, schema: Schema, runs: np.ndarray) -> dict[str, Column]:
     """One row per (table line, placement), out-of-place before in-place, as printed."""
     n = len(block.lines)
     p = len(schema.placements)
-    keep = block.present.ravel()
+    # every placement printed (the bulk readers' rows always): no mask, no copy through it
+    present = block.present.ravel()
+    everywhere = bool(present.all())
+    keep: np.ndarray | slice = slice(None) if everywhere else present
+    kept = len(present) if everywhere else int(present.sum())
     cols: dict[str, Column] = {"run": np.repeat(runs, p)[keep]}
     for name in ("size_bytes", "count", *_TEXT_KEYS, "root"):
-        cols[name] = _repeat(block.keys.get(name), p, keep, name)
+        cols[name] = _repeat(block.keys.get(name), p, keep, kept, name)
     for name, values in block.keys.items():
         if name not in cols:
-            cols[name] = _repeat(values, p, keep, name)
+            cols[name] = _repeat(values, p, keep, kept, name)
     codes: np.ndarray = np.tile(np.arange(p, dtype=np.int8), n)[keep]
     cols["placement"] = pd.Categorical.from_codes(codes, categories=pd.Index(list(schema.placements)))
     for name in dict.fromkeys(k for g in block.metrics for k in g):
@@ -153,9 +157,8 @@ def _melt(block: Block, schema: Schema, runs: np.ndarray) -> dict[str, Column]:
     return cols
 
 
-def _repeat(values: Column, p: int, keep: np.ndarray, name: str) -> Column:
+def _repeat(values: Column, p: int, keep: np.ndarray | slice, kept: int, name: str) -> Column:
     """A per-line key column as per-row; text becomes categorical (factorised once per line)."""
-    kept = int(keep.sum())
     text = name in _TEXT_KEYS or isinstance(values, list | pd.Categorical)
     if values is None:  # legacy tables have no root column
         return _missing_text(kept) if text else np.full(kept, np.nan)
