@@ -238,14 +238,21 @@ NOTES = """How each parser reads its log (every fast path is checked against the
 tests/test_results_*.py, and falls back to it on anything it cannot read exactly):
 - nccl-tests: Arrow splits the log into lines and RE2 tests each line (a row test on all of them,
   the device and header tests on the `#` lines only); numpy cuts the runs of rows and of device
-  lines: the same blocks as the scan regex, which still reads text that is not ASCII. Each
-  distinct header or device line is read once. The rows of all runs with one layout are read by
-  Arrow kernels a few MB at a time (split on ASCII blanks, every row must give the layout's count
-  of tokens, token j of every row taken through string views on the token edges, cast to
-  int64/float64 as int()/float() read them, N/A as NaN, text dictionary-encoded into
-  categoricals); pandas' C reader only when that fails, the exact reader for rows with blanks
-  neither cuts as str.split does. Layouts read apart go back to file order by writing each
-  column once; the frame is built without a copy into blocks.
+  lines: the same blocks as the scan regex, which still reads text that is not ASCII; each
+  block's line count comes with it. Each distinct header line is read once (prefix, kind,
+  values and column schema in one cache), each distinct device block too. Binary names (`_perf`)
+  are searched in the lines that are not rows when rows are most of the log and none holds a
+  `_` (the whole text otherwise). The rows of all runs with one layout are read by Arrow kernels
+  a few MB at a time (split on ASCII blanks, every row must give the layout's count of tokens,
+  token j of every row taken through string views on the token edges, cast to int64/float64 as
+  int()/float() read them; a column holding `N/A` goes to the N/A read at once, as a cast that
+  fails part way costs more than the test; text dictionary-encoded into categoricals); pandas'
+  C reader only when that fails, the exact reader for rows with blanks neither cuts as
+  str.split does. Layouts read apart go back to file order by writing each column once; no
+  placement mask when every placement was printed; the frame is built without a copy into
+  blocks. (Handing the bulk reader the rows as spans of Arrow's lines array instead of text,
+  and a numpy tokenizer, were tried and measured no faster: the time is in the token split and
+  the casts.)
 - NeMo 2 / Megatron: step lines picked by the marker in RE2 on Arrow's lines, then tested for
   `|` on the picked lines only. One CSV read per block of 32,768 lines cuts heads, labels and
   values at once: a `|` is written after every `:`, which is exact when `:` counts one per label
@@ -265,10 +272,11 @@ tests/test_results_*.py, and falls back to it on anything it cannot read exactly
   fresh pages on every call (glibc gives the heap's top back); Arrow's pool keeps its pages, so
   the big temporaries are Arrow's, made a few MB at a time. numpy columns, the melt to one row
   per placement and the frame still fault; for a 100 MB log that is a visible share (sys time).
-Where the time goes: nccl-tests short runs in the Python work per block and header line
-(~25,000 a 20 MB log) and the line tests; long runs in reading the rows (split, casts) and the
-numpy columns of ~1.7 million frame rows (100 MB); NeMo 2 in the line split and marker test,
-the CSV reads and the heads.
+Where the time goes: nccl-tests short runs in the line tests (RE2 on ~200,000 lines a 20 MB
+log) and the Python work per block and header line (~25,000: each run's state, one at a time);
+long runs in reading the rows (Arrow's whitespace split, casts) and the numpy columns of ~1.7
+million frame rows (100 MB); NeMo 2 in the line split and marker test, the CSV reads and the
+heads.
 Timings swing 2-3x on a shared machine; the back-to-back pairs are the fairer figure.
 """
 
