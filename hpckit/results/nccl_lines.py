@@ -10,8 +10,6 @@ Python.  Text that is not ASCII gets None, and the caller runs SCAN.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -51,7 +49,7 @@ def line_matches(
     offsets = offsets - offsets[0]  # the lines' text without the newlines, then each line's place:
     starts = offsets[:-1] + np.arange(len(lines))
     ends = offsets[1:] + np.arange(len(lines))
-    matches = list(_in_order(text, starts, ends, np.flatnonzero(rows), devices, headers))
+    matches = _in_order(text, starts, ends, np.flatnonzero(rows), devices, headers)
     return matches, None if rest is lines else _joined(rest)
 
 
@@ -76,7 +74,7 @@ def _runs(indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _in_order(
     text: str, starts: np.ndarray, ends: np.ndarray, rows: np.ndarray, devices: np.ndarray, headers: np.ndarray
-) -> Iterator[Match]:
+) -> list[Match]:
     row_first, row_last = _runs(rows)
     dev_first, dev_last = _runs(devices)
     first = np.concatenate([row_first, dev_first, headers])
@@ -84,7 +82,12 @@ def _in_order(
     kind = np.repeat(np.arange(3, dtype=np.int8), [len(row_first), len(dev_first), len(headers)])
     order = np.argsort(first, kind="stable")
     names = ("rows", "devices", "hash")
-    at_start, at_end = starts[first[order]].tolist(), ends[last[order]].tolist()
-    line_at, counts = (first[order] + 1).tolist(), (last[order] - first[order] + 1).tolist()
-    for k, a, b, line, count in zip(kind[order].tolist(), at_start, at_end, line_at, counts, strict=True):
-        yield names[k], text[a:b], line, count
+    first, last = first[order], last[order]
+    at_start, at_end = starts[first].tolist(), ends[last].tolist()
+    line_at, counts = (first + 1).tolist(), (last - first + 1).tolist()
+    kinds = [names[k] for k in kind[order].tolist()]
+    # (a list built in one comprehension: tens of thousands of matches in a log of short runs)
+    return [
+        (k, text[a:b], line, count)
+        for k, a, b, line, count in zip(kinds, at_start, at_end, line_at, counts, strict=True)
+    ]

@@ -146,7 +146,9 @@ def _scan_matches(text: str) -> Iterator[Match]:
 def _split_by_tag(block: str, lineno: int, nlines: int) -> list[tuple[int, int, str, int]]:
     """(tag, first line, lines without prefix, their count) for each stretch of one launcher tag
     in a block of ``nlines`` lines."""
-    first = PREFIX_RE.match(block)
+    # every form of prefix holds a ":": a first line without one has none (most blocks of rows)
+    end = block.find("\n")
+    first = PREFIX_RE.match(block) if block.find(":", 0, len(block) if end < 0 else end) >= 0 else None
     if first is None:
         return [(-1, lineno, block, nlines)]  # no prefix at all (rows never start with "[" or "N:")
     prefix = first.group(0)
