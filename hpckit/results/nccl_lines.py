@@ -2,10 +2,10 @@
 
 SCAN (Python's regex engine) tries its alternatives at every line start: a run of result rows, a
 run of device lines, or one `#` line worth reading, each the first alternative whose line test
-passes, runs taken whole (greedy).  Here each line is tested once per kind by RE2, with the same
-line tests (on ASCII text Python's `\\d` and `\\b` are RE2's), and the runs are cut by numpy:
-the same blocks, in the same order, at a fraction of the cost of a regex attempt per line in
-Python.  Text that is not ASCII gets None, and the caller runs SCAN.
+passes, runs taken whole (greedy).  Here each line is tested for a row by RE2, and each distinct
+other line for the other kinds, with the same line tests (on ASCII text Python's `\\d` and `\\b`
+are RE2's), and the runs are cut by numpy: the same blocks, in the same order, at a fraction of
+the cost of a regex attempt per line in Python.  Text that is not ASCII gets None, and the caller runs SCAN.
 """
 
 from __future__ import annotations
@@ -32,17 +32,17 @@ def line_matches(
     lines = pc.list_flatten(pc.split_pattern(pa.array([text], type=pa.large_string()), pattern="\n"))
     try:
         rows = _mask(pc.match_substring_regex(lines, f"^(?:{row})"))
-        # `#` lines are few: test them alone (a run of device lines or one header line each);
-        # Arrow's plain substring search is slower than this anchored regex
-        others = np.flatnonzero(~rows)  # (a long run's log is nearly all rows: test the rest only)
-        rest = lines if len(others) > len(lines) // 2 else pc.take(lines, pa.array(others))
-        hashed_start = _mask(pc.match_substring_regex(rest, f"^(?:{hash_start})"))
-        hashes = np.flatnonzero(hashed_start & ~rows) if rest is lines else others[hashed_start]
-        picked = pc.take(lines, pa.array(hashes))
-        is_device = _mask(pc.match_substring_regex(picked, f"^(?:{device})"))
+        # the other lines repeat (a log prints its `#` lines and its noise again and again):
+        # each distinct one is tested once, for a `#` start, then for a device or header line
+        others = np.flatnonzero(~rows)
+        rest = pc.take(lines, pa.array(others))
+        encoded = pc.dictionary_encode(rest)
+        distinct, codes = encoded.dictionary, encoded.indices.to_numpy()
+        hashed_start = _mask(pc.match_substring_regex(distinct, f"^(?:{hash_start})"))
+        is_device = hashed_start & _mask(pc.match_substring_regex(distinct, f"^(?:{device})"))
         # a device line is read as such even when the header test passes too
-        headers = hashes[_mask(pc.match_substring_regex(picked, f"^(?:{hashed})")) & ~is_device]
-        devices = hashes[is_device]
+        is_header = hashed_start & _mask(pc.match_substring_regex(distinct, f"^(?:{hashed})")) & ~is_device
+        devices, headers = others[is_device[codes]], others[is_header[codes]]
     except pa.ArrowInvalid:
         return None  # RE2 cannot read a test after all
     offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset : lines.offset + len(lines) + 1]
@@ -50,7 +50,8 @@ def line_matches(
     starts = offsets[:-1] + np.arange(len(lines))
     ends = offsets[1:] + np.arange(len(lines))
     matches = _in_order(text, starts, ends, np.flatnonzero(rows), devices, headers)
-    return matches, None if rest is lines else _joined(rest)
+    # (the rows are most of a long run's log: the other lines are then searched alone)
+    return matches, _joined(rest) if len(others) <= len(lines) // 2 else None
 
 
 def _joined(lines: pa.Array) -> str:
