@@ -148,7 +148,8 @@ def _melt(block: Block, schema: Schema, runs: np.ndarray) -> dict[str, Column]:
     codes: np.ndarray = np.tile(np.arange(p, dtype=np.int8), n)[keep]
     cols["placement"] = pd.Categorical.from_codes(codes, categories=pd.Index(list(schema.placements)))
     for name in dict.fromkeys(k for g in block.metrics for k in g):
-        stacked = np.column_stack([g.get(name, np.full(n, np.nan)) for g in block.metrics])
+        # (a filler made only where a group lacks the metric: these are columns of every row)
+        stacked = np.column_stack([g[name] if name in g else np.full(n, np.nan) for g in block.metrics])
         cols[name] = stacked.ravel()[keep]
     if block.timestamps is not None:
         stamps = pd.to_datetime(pd.Series(block.timestamps), format="%Y-%m-%d %H:%M:%S", errors="coerce")
@@ -214,7 +215,7 @@ def _concat(parts: list[dict[str, Column]]) -> pd.DataFrame:
     cols: dict[str, object] = {}
     for name in names:
         like = next(part[name] for part in parts if name in part)
-        pieces = [part.get(name, _filler(len(part["run"]), like)) for part in parts]
+        pieces = [part[name] if name in part else _filler(len(part["run"]), like) for part in parts]
         arrays = [piece for piece in pieces if isinstance(piece, np.ndarray)]
         if where is None:
             cols[name] = _join(pieces)
