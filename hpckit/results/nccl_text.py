@@ -149,8 +149,8 @@ def _melt(block: Block, schema: Schema, runs: np.ndarray) -> dict[str, Column]:
     cols["placement"] = pd.Categorical.from_codes(codes, categories=pd.Index(list(schema.placements)))
     for name in dict.fromkeys(k for g in block.metrics for k in g):
         # (a filler made only where a group lacks the metric: these are columns of every row)
-        stacked = np.column_stack([g[name] if name in g else np.full(n, np.nan) for g in block.metrics])
-        cols[name] = stacked.ravel()[keep]
+        groups = [g[name] if name in g else np.full(n, np.nan) for g in block.metrics]
+        cols[name] = Interleaved(groups) if everywhere else np.column_stack(groups).ravel()[present]
     if block.timestamps is not None:
         stamps = pd.to_datetime(pd.Series(block.timestamps), format="%Y-%m-%d %H:%M:%S", errors="coerce")
         cols["timestamp"] = np.repeat(stamps.to_numpy(dtype="datetime64[s]"), p)[keep]
@@ -185,7 +185,31 @@ def _filler(n: int, like: Column) -> Column:
     return np.full(n, np.nan)
 
 
+class Interleaved:
+    """A metric column of one layout as its placements' arrays (row i*p+g is groups[g][i]),
+    written straight into the frame's column: a stacked copy first would be one more column of
+    fresh pages (page faults) per metric on a long log."""
+
+    def __init__(self, groups: list[np.ndarray]) -> None:
+        self.groups = groups
+        self.dtype = np.result_type(*groups)
+
+    def __len__(self) -> int:
+        return len(self.groups[0]) * len(self.groups)
+
+    def put(self, out: np.ndarray, where: np.ndarray | slice) -> None:
+        """out[where] = the rows (where: this piece's row positions in ``out``)."""
+        p = len(self.groups)
+        for g, values in enumerate(self.groups):
+            if isinstance(where, slice):
+                out[where.start + g : where.stop : p] = values
+            else:
+                out[where[g::p]] = values
+
+
 def _join(pieces: list[Column]) -> Column:
+    if any(isinstance(piece, Interleaved) for piece in pieces):
+        return _scatter(pieces, None)
     if len(pieces) == 1:
         return pieces[0]
     if isinstance(pieces[0], pd.Categorical):
@@ -216,7 +240,7 @@ def _concat(parts: list[dict[str, Column]]) -> pd.DataFrame:
     for name in names:
         like = next(part[name] for part in parts if name in part)
         pieces = [part[name] if name in part else _filler(len(part["run"]), like) for part in parts]
-        arrays = [piece for piece in pieces if isinstance(piece, np.ndarray)]
+        arrays = [piece for piece in pieces if isinstance(piece, np.ndarray | Interleaved)]
         if where is None:
             cols[name] = _join(pieces)
         elif len(arrays) == len(pieces):
@@ -233,13 +257,18 @@ def _concat(parts: list[dict[str, Column]]) -> pd.DataFrame:
     return pd.DataFrame({c: cols[c] for c in order}, copy=False)
 
 
-def _scatter(pieces: list[np.ndarray], where: np.ndarray) -> np.ndarray:
+def _scatter(pieces: list[np.ndarray | Interleaved], where: np.ndarray | None) -> np.ndarray:
     """The pieces one after another, each row put at ``where`` (what np.concatenate and then a
-    take would give, in one array)."""
-    out = np.empty(len(where), dtype=np.result_type(*pieces))
+    take would give, in one array); None: in that order."""
+    total = sum(len(piece) for piece in pieces)
+    out = np.empty(total, dtype=np.result_type(*(piece.dtype for piece in pieces)))
     at = 0
     for piece in pieces:
-        out[where[at : at + len(piece)]] = piece
+        place = slice(at, at + len(piece)) if where is None else where[at : at + len(piece)]
+        if isinstance(piece, Interleaved):
+            piece.put(out, place)
+        else:
+            out[place] = piece
         at += len(piece)
     return out
 
