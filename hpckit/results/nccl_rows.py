@@ -49,7 +49,7 @@ def row_columns(pieces: list[str], fields: list[Field], rows: int) -> list[Colum
     """The token columns of ``rows`` rows of len(fields) tokens each (the lines of the pieces),
     read a block of pieces at a time; None when a row has another count or a token does not
     cast."""
-    blocks: list[list[Column]] = []
+    blocks: list[list[pa.Array]] = []
     at, lines = 0, 0
     # characters before each piece: a block ends at the last piece that still fits (thousands of
     # short runs: found by a search rather than a loop over the pieces)
@@ -60,7 +60,7 @@ def row_columns(pieces: list[str], fields: list[Field], rows: int) -> list[Colum
         block = _block_columns(pa.array(pieces[at:end], type=pa.large_string()), fields)
         if block is None:
             return None
-        lines += len(block[0])  # type: ignore[arg-type]
+        lines += len(block[0])
         blocks.append(block)
         at = end
     if lines != rows or not blocks:
@@ -68,15 +68,19 @@ def row_columns(pieces: list[str], fields: list[Field], rows: int) -> list[Colum
     return [_joined([b[j] for b in blocks]) for j in range(len(fields))]
 
 
-def _joined(parts: list[Column]) -> Column:
-    """One column from its blocks: text columns become one categorical."""
-    if isinstance(parts[0], pa.Array):
-        return _categorical(parts[0] if len(parts) == 1 else pa.chunked_array(parts).combine_chunks())
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)  # type: ignore[arg-type]
+def _joined(parts: list[pa.Array]) -> Column:
+    """One column from its blocks: text columns become one categorical, numbers a numpy view of
+    Arrow's joined array (joined in Arrow's pool, which keeps its pages: a long log's columns
+    would be fresh pages, page faults, every time in numpy's)."""
+    joined = parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
+    if pa.types.is_large_string(joined.type):
+        return _categorical(joined)
+    numbers: np.ndarray = joined.to_numpy()  # (no nulls: no copy)
+    return numbers
 
 
-def _block_columns(pieces: pa.Array, fields: list[Field]) -> list[Column] | None:
-    """The columns of the lines of some pieces (text columns still as Arrow strings)."""
+def _block_columns(pieces: pa.Array, fields: list[Field]) -> list[pa.Array] | None:
+    """The columns of the lines of some pieces, as Arrow arrays (text still as strings)."""
     lines = pc.list_flatten(pc.split_pattern(pieces, pattern="\n"))
     tokens = pc.ascii_split_whitespace(pc.ascii_trim_whitespace(lines))
     lo, hi = (v.as_py() for v in pc.min_max(pc.list_value_length(tokens)).values())
@@ -86,7 +90,7 @@ def _block_columns(pieces: pa.Array, fields: list[Field]) -> list[Column] | None
     flat = pc.list_flatten(tokens)
     offsets = np.frombuffer(flat.buffers()[1], dtype=np.int64)[flat.offset : flat.offset + len(flat) + 1]
     every_other = pa.array(np.arange(0, 2 * len(lines), 2))
-    columns: list[Column] = []
+    columns: list[pa.Array] = []
     for j, f in enumerate(fields):
         strings = _strided(flat, offsets, j, width, every_other)
         column = strings if f.kind == "str" else _column(f, strings)
@@ -107,19 +111,16 @@ def _strided(flat: pa.Array, offsets: np.ndarray, j: int, width: int, every_othe
     return pc.take(views, every_other)
 
 
-def _column(f: Field, tokens: pa.Array) -> Column | None:
-    if f.kind == "str":
-        return _categorical(tokens)
+def _column(f: Field, tokens: pa.Array) -> pa.Array | None:
+    """A numeric column as int()/float() read its tokens (N/A as NaN), or None."""
     if f.kind == "int":
         try:
-            ints: np.ndarray = pc.cast(tokens, pa.int64()).to_numpy()
-            return ints
+            return pc.cast(tokens, pa.int64())
         except pa.ArrowInvalid:
             pass  # "1.2e+05", "66132.0": read as floats, whole ones are ints (the caller checks)
     if f.name not in NULLABLE or not pc.any(pc.is_in(tokens, value_set=_NOT_FLOATS)).as_py():
         try:
-            floats: np.ndarray = pc.cast(tokens, pa.float64()).to_numpy()
-            return floats
+            return pc.cast(tokens, pa.float64())
         except pa.ArrowInvalid:
             pass
     missing = pc.is_in(tokens, value_set=_NA)
@@ -127,8 +128,7 @@ def _column(f: Field, tokens: pa.Array) -> Column | None:
         numbers = pc.cast(pc.if_else(missing, pa.scalar(None, pa.large_string()), tokens), pa.float64())
     except pa.ArrowInvalid:
         return None
-    with_nan: np.ndarray = numbers.to_numpy(zero_copy_only=False)  # nulls as NaN
-    return with_nan
+    return pc.fill_null(numbers, np.nan)  # nulls as NaN
 
 
 def _categorical(tokens: pa.Array) -> Column:
