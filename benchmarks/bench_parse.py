@@ -236,8 +236,9 @@ def record_results(rows: list[Row], size_mb: float, repeat: int) -> None:
 
 NOTES = """How each parser reads its log (every fast path is checked against the line-by-line parser by
 tests/test_results_*.py, and falls back to it on anything it cannot read exactly):
-- nccl-tests: Arrow splits the log into lines and RE2 tests each line (a row test on all of them,
-  the device and header tests on the `#` lines only); numpy cuts the runs of rows and of device
+- nccl-tests: Arrow splits the log into lines and RE2 tests each line for a row; the other lines
+  are dictionary-encoded and each distinct one (a log repeats its `#` lines and noise) is tested
+  once for a `#` start, a device line and a header line; numpy cuts the runs of rows and of device
   lines: the same blocks as the scan regex, which still reads text that is not ASCII; each
   block's line count comes with it. Each distinct header line is read once (prefix, kind,
   values and column schema in one cache), each distinct device block too. Binary names (`_perf`)
@@ -246,13 +247,14 @@ tests/test_results_*.py, and falls back to it on anything it cannot read exactly
   a few MB at a time (split on ASCII blanks, every row must give the layout's count of tokens,
   token j of every row taken through string views on the token edges, cast to int64/float64 as
   int()/float() read them; a column holding `N/A` goes to the N/A read at once, as a cast that
-  fails part way costs more than the test; text dictionary-encoded into categoricals); pandas'
-  C reader only when that fails, the exact reader for rows with blanks neither cuts as
-  str.split does. Layouts read apart go back to file order by writing each column once; no
-  placement mask when every placement was printed; the frame is built without a copy into
-  blocks. (Handing the bulk reader the rows as spans of Arrow's lines array instead of text,
-  and a numpy tokenizer, were tried and measured no faster: the time is in the token split and
-  the casts.)
+  fails part way costs more than the test; text dictionary-encoded into categoricals; numeric
+  blocks joined in Arrow's pool); pandas' C reader only when that fails, the exact reader for
+  rows with blanks neither cuts as str.split does. Layouts read apart go back to file order by
+  writing each column once; each metric column is written straight from every placement's
+  array (no stacked copy, no mask when every placement was printed, fillers only where a layout
+  lacks a column); the frame is built without a copy into blocks. (Handing the bulk reader the
+  rows as spans of Arrow's lines array instead of text, and a numpy tokenizer, were tried and
+  measured no faster: the time is in the token split and the casts.)
 - NeMo 2 / Megatron: step lines picked by the marker in RE2 on Arrow's lines, then tested for
   `|` on the picked lines only. One CSV read per block of 32,768 lines cuts heads, labels and
   values at once: a `|` is written after every `:`, which is exact when `:` counts one per label
@@ -272,8 +274,8 @@ tests/test_results_*.py, and falls back to it on anything it cannot read exactly
   fresh pages on every call (glibc gives the heap's top back); Arrow's pool keeps its pages, so
   the big temporaries are Arrow's, made a few MB at a time. numpy columns, the melt to one row
   per placement and the frame still fault; for a 100 MB log that is a visible share (sys time).
-Where the time goes: nccl-tests short runs in the line tests (RE2 on ~200,000 lines a 20 MB
-log) and the Python work per block and header line (~25,000: each run's state, one at a time);
+Where the time goes: nccl-tests short runs in the Python work per block and header line (~25,000
+a 20 MB log: each run's state, one at a time), the row test and the row reads;
 long runs in reading the rows (Arrow's whitespace split, casts) and the numpy columns of ~1.7
 million frame rows (100 MB); NeMo 2 in the line split and marker test, the CSV reads and the
 heads.
