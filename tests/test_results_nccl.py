@@ -500,3 +500,17 @@ def test_binaries_found_in_the_lines_that_are_not_rows(odd_row: bool) -> None:
     ns._binaries(whole, body)
     assert ns.scan(body, "x").binaries == whole.binaries
     assert ("sendrecv" in whole.binaries) is odd_row and "all_gather" in whole.binaries
+
+
+def test_parse_restores_numpy_huge_pages() -> None:
+    """numpy's huge pages are off only while a parser runs."""
+    from hpckit.results import api
+
+    if api._HUGEPAGES is None:
+        pytest.skip("this numpy has no huge-page switch")
+    before = api._HUGEPAGES(True)
+    try:
+        parse_text((DATA / NCCL_SAMPLES[0]).read_text(), "nccl-tests")
+        assert api._HUGEPAGES(True) is True
+    finally:
+        api._HUGEPAGES(before)
