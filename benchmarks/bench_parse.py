@@ -269,7 +269,9 @@ tests/test_results_*.py, and falls back to it on anything it cannot read exactly
   The `k=v` postfixes are read like NeMo 2's pieces (`,` written after every `=`, one CSV read).
   The generated log draws each step twice; Lightning's own paired redraws differ (new n, then
   new postfix), so a real log reads both.
-- The cyclic garbage collector is paused while a parser runs (many small objects, no cycles).
+- The cyclic garbage collector is paused while a parser runs (many small objects, no cycles),
+  and numpy's huge pages are off (numpy madvises arrays of a few MB for them; with THP defrag on
+  "madvise" a fault there may stall on compaction: a 100 MB nccl-tests parse swung 0.7-1.4 s).
 - Page faults: on this VM, numpy's and Python's allocations of a few MB and more come back as
   fresh pages on every call (glibc gives the heap's top back); Arrow's pool keeps its pages, so
   the big temporaries are Arrow's, made a few MB at a time. numpy columns, the melt to one row
