@@ -14,6 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from hpckit.results.arrow_text import bool_mask, text_lines
+
 # kind ("rows", "devices" or "hash"), the lines as one text, first line number, count of lines
 Match = tuple[str, str, int, int]
 
@@ -29,19 +31,19 @@ def line_matches(
     answers to."""
     if not text.isascii():
         return None  # Python's \d is Unicode there
-    lines = pc.list_flatten(pc.split_pattern(pa.array([text], type=pa.large_string()), pattern="\n"))
+    lines = text_lines(text)
     try:
-        rows = _mask(pc.match_substring_regex(lines, f"^(?:{row})"))
+        rows = bool_mask(pc.match_substring_regex(lines, f"^(?:{row})"))
         # the other lines repeat (a log prints its `#` lines and its noise again and again):
         # each distinct one is tested once, for a `#` start, then for a device or header line
         others = np.flatnonzero(~rows)
         rest = pc.take(lines, pa.array(others))
         encoded = pc.dictionary_encode(rest)
         distinct, codes = encoded.dictionary, encoded.indices.to_numpy()
-        hashed_start = _mask(pc.match_substring_regex(distinct, f"^(?:{hash_start})"))
-        is_device = hashed_start & _mask(pc.match_substring_regex(distinct, f"^(?:{device})"))
+        hashed_start = bool_mask(pc.match_substring_regex(distinct, f"^(?:{hash_start})"))
+        is_device = hashed_start & bool_mask(pc.match_substring_regex(distinct, f"^(?:{device})"))
         # a device line is read as such even when the header test passes too
-        is_header = hashed_start & _mask(pc.match_substring_regex(distinct, f"^(?:{hashed})")) & ~is_device
+        is_header = hashed_start & bool_mask(pc.match_substring_regex(distinct, f"^(?:{hashed})")) & ~is_device
         devices, headers = others[is_device[codes]], others[is_header[codes]]
     except pa.ArrowInvalid:
         return None  # RE2 cannot read a test after all
@@ -58,11 +60,6 @@ def _joined(lines: pa.Array) -> str:
     one = pa.LargeListArray.from_arrays(pa.array([0, len(lines)], type=pa.int64()), lines)
     text: str = pc.binary_join(one, pa.scalar("\n", pa.large_string()))[0].as_py()
     return text
-
-
-def _mask(test: pa.Array) -> np.ndarray:
-    mask: np.ndarray = np.asarray(test.to_numpy(zero_copy_only=False), dtype=bool)
-    return mask
 
 
 def _runs(indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -20,6 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from hpckit.results.arrow_text import bool_mask, text_lines
 from hpckit.results.digit_runs import digit_runs, run_index, run_shaped
 from hpckit.results.model import NA_TOKENS, Field
 from hpckit.results.pieces import Labelled, Pieces, read_labelled, read_pieces
@@ -70,7 +71,7 @@ def _step_lines_arrow(text: str, marker: re.Pattern[str], others: bool = True) -
     pattern = re2_ascii(marker.pattern) if text.isascii() else None
     if pattern is None:
         return None
-    lines = pc.list_flatten(pc.split_pattern(pa.array([text], type=pa.large_string()), pattern="\n"))
+    lines = text_lines(text)
     try:
         marked = pc.match_substring_regex(lines, pattern)
     except pa.ArrowInvalid:
@@ -83,22 +84,22 @@ def _step_lines_arrow(text: str, marker: re.Pattern[str], others: bool = True) -
     if (pc.sum(step).as_py() or 0) < MIN_LINES:
         return None
     rest = pc.and_(candidate, pc.invert(step))
-    rest_numbers = numbers[rest.to_numpy(zero_copy_only=False)].tolist()
+    rest_numbers = numbers[bool_mask(rest)].tolist()
     other = list(zip(rest_numbers, pc.filter(lines, rest).to_pylist(), strict=True))
-    return pc.filter(lines, step), numbers[step.to_numpy(zero_copy_only=False)], other
+    return pc.filter(lines, step), numbers[bool_mask(step)], other
 
 
 def _marked_step_lines(lines: pa.Array, marked: pa.Array, marker: str) -> StepLines | None:
     """The marked lines that are candidates too ("iteration" and "|"): tested on the few marked
     lines rather than on every line of the log, and "iteration" only when the marker does not
     spell it out itself."""
-    where = np.flatnonzero(marked.to_numpy(zero_copy_only=False))
+    where = np.flatnonzero(bool_mask(marked))
     picked = pc.filter(lines, marked)
     candidate = pc.match_substring_regex(picked, r"\|")  # (RE2 finds one byte faster than the plain search)
     if not _spells(marker, "iteration"):
         candidate = pc.and_(candidate, pc.match_substring(picked, "iteration"))
     if not pc.all(candidate).as_py():
-        where = where[candidate.to_numpy(zero_copy_only=False)]
+        where = where[bool_mask(candidate)]
         picked = pc.filter(picked, candidate)
     if len(where) < MIN_LINES:
         return None
@@ -212,7 +213,7 @@ def _label_value_pieces(pairs: pa.Array, n: int) -> tuple[pa.Array, np.ndarray]:
     if pc.min(pc.list_value_length(kv)).as_py() != 2:
         # a Megatron line ends with " |": its last piece is blank, on every line alike
         blank = pc.equal(_strip(pairs), "")
-        keep = ~np.asarray(blank.to_numpy(zero_copy_only=False), dtype=bool)
+        keep = ~bool_mask(blank)
         per_line = keep.reshape(n, -1).sum(axis=1)
         if (per_line != per_line[0]).any():
             raise _NoBulk("blank pieces on some lines only")
@@ -389,7 +390,7 @@ def _tqdm_columns(found: Refreshes, snake: Snake) -> dict[str, np.ndarray]:
         return cols
     split = pc.split_pattern(found.postfix, pattern=",")
     pieces = pc.list_flatten(split)
-    has_value = np.asarray(pc.match_substring(pieces, "=").to_numpy(zero_copy_only=False), dtype=bool)
+    has_value = bool_mask(pc.match_substring(pieces, "="))
     # the same number of k=v items on every line, or the grid below would mix lines
     per_line = np.add.reduceat(has_value, np.asarray(split.offsets)[:-1]) if len(pieces) else np.zeros(n)
     if not n or (per_line != per_line[0]).any() or not per_line[0]:

@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from hpckit.results.arrow_text import bool_mask
 from hpckit.results.re2 import re2_unicode
 
 # TQDM (training_fields) in the two parts this reading relies on; another TQDM gets None below.
@@ -72,11 +73,11 @@ def tqdm_refreshes(whole: pa.Array, tqdm: re.Pattern[str], drop_repeats: bool) -
     if patterns is None:
         return None
     pieces, lines = _pieces(whole)
-    epoch_like = np.asarray(pc.match_substring(pieces, "Epoch").to_numpy(zero_copy_only=False), dtype=bool)
+    epoch_like = bool_mask(pc.match_substring(pieces, "Epoch"))
     keep = epoch_like.copy()
     if drop_repeats and len(pieces) > 1:
-        repeated = pc.equal(pieces.slice(0, len(pieces) - 1), pieces.slice(1)).to_numpy(zero_copy_only=False)
-        keep[:-1] &= ~np.asarray(repeated, dtype=bool)
+        repeated = pc.equal(pieces.slice(0, len(pieces) - 1), pieces.slice(1))
+        keep[:-1] &= ~bool_mask(repeated)
     dropped = int(epoch_like.sum() - keep.sum())
     kept = pc.filter(pieces, pa.array(keep))
     if pc.any(pc.match_substring_regex(kept, r"\^M|\[A")).as_py():
@@ -96,13 +97,13 @@ def _read(
     pieces: pa.Array, lines: np.ndarray, patterns: _Patterns, tqdm: re.Pattern[str], dropped: int
 ) -> Refreshes | None:
     cut = pc.split_pattern(pieces, pattern="[", max_splits=1)
-    fits = np.asarray(pc.equal(pc.list_value_length(cut), 2).to_numpy(zero_copy_only=False), dtype=bool)
+    fits = bool_mask(pc.equal(pc.list_value_length(cut), 2))
     heads = pc.list_element(cut, 0)
     tails = pc.list_element(pc.filter(cut, pa.array(fits)), 1)
     closed = pc.split_pattern(tails, pattern="]", max_splits=1)
     ok = fits.copy()
-    ok[fits] = np.asarray(pc.equal(pc.list_value_length(closed), 2).to_numpy(zero_copy_only=False), dtype=bool)
-    ok &= np.asarray(pc.match_substring_regex(heads, patterns.head).to_numpy(zero_copy_only=False), dtype=bool)
+    ok[fits] = bool_mask(pc.equal(pc.list_value_length(closed), 2))
+    ok &= bool_mask(pc.match_substring_regex(heads, patterns.head))
     if not ok.all() and _tqdm_finds(pc.filter(pieces, pa.array(~ok)), tqdm):
         return None
     heads = pc.filter(heads, pa.array(ok))
