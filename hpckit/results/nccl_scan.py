@@ -13,11 +13,21 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from hpckit.results import speed
 from hpckit.results.lines import PREFIX_RE, excerpt, strip_prefix
 from hpckit.results.model import Value
-from hpckit.results.nccl_fields import BINARY, NCCL_VERSION, LineRule, classify_header
+from hpckit.results.nccl_fields import (
+    BINARY,
+    DEVICE_TRIGGER,
+    FAILURE,
+    HASH_TRIGGERS,
+    NCCL_VERSION,
+    LineRule,
+    classify_header,
+)
 from hpckit.results.nccl_lines import Match, line_matches
 from hpckit.results.nccl_table import Schema, schema_from_header
+from hpckit.results.re2 import re2_ascii
 
 # launcher prefix (see lines.PREFIX_RE), row, device line and the `#` lines worth reading
 _PREFIX = r"(?:\[\d+,\d+\]<std(?:out|err)>:|\[default\d+\]:|[ \t]*\d+:[ \t]?)"
@@ -29,9 +39,17 @@ _NUMBER_FIRST = r"[ \t]*\d[\d.eE+-]*[ \t]"
 # each line test, then `.*` to the end of its line
 _ROW_TEST = rf"(?:{_NUMBER_FIRST}|{_PREFIX}{_NUMBER_FIRST})"
 _HASH_START = _P + r"[ \t]*#"
-_DEVICE_TEST = _HASH_START + r"[ \t]*Rank[ \t]"
-_HASH_TEST = _HASH_START + r"[ \t]*(?:nThread|nccl-tests|Collective|size\b|Out of|Avg|Writing|error:|GPU memory)"
-_ROW, _DEVICE, _HASH = _ROW_TEST + ".*", _DEVICE_TEST + ".*", _HASH_TEST + ".*"
+
+
+def _within_line(trigger: str) -> str:
+    """A trigger that cannot run past its line in SCAN, which reads the text whole (the Arrow scan
+    tests one line at a time, where \\s never meets a newline)."""
+    return trigger.replace(r"\s", r"[^\S\n]")
+
+
+_DEVICE_TEST = _HASH_START + rf"[ \t]*(?:{DEVICE_TRIGGER})"
+_HASH_TEST = _HASH_START + r"[ \t]*(?:" + "|".join(HASH_TRIGGERS) + ")"
+_ROW, _DEVICE, _HASH = (_within_line(t) + ".*" for t in (_ROW_TEST, _DEVICE_TEST, _HASH_TEST))
 # The lookahead is what every alternative needs (after a prefix: a digit or "#"): most noise lines
 # (NCCL INFO, tagged or not) fail it once instead of failing each alternative in turn.
 _GATE = rf"(?={_P}[ \t]*[#\d])"
@@ -62,9 +80,10 @@ class Run:
     info: dict[str, Value] = field(default_factory=dict)
     device_lines: list[str] = field(default_factory=list)
     schema: Schema | None = None
-    chunks: list[Chunk] = field(default_factory=list)
+    chunks: list[Chunk] = field(default_factory=list)  # rows not yet parsed
     nrows: int = 0
     finished: bool = False
+    last_row: tuple[int, str] = (0, "")  # (line number, text) of the run's last row
 
     def starts_anew(self, event: str) -> bool:
         """Whether a header line of kind ``event`` belongs to a new run rather than this one."""
@@ -96,6 +115,9 @@ class Scan:
     interleaved: bool = False
     last_row_line: int = 0
     warnings: list[str] = field(default_factory=list)
+    failures: list[tuple[int, str]] = field(default_factory=list)  # (line number, line)
+    last_line: tuple[int, str] = (0, "")  # the last line that is not blank
+    first_line: tuple[int, str] = (1, "")  # the first line that is not blank (for errors)
 
     def new_run(self, tag: int, lineno: int) -> Run:
         run = Run(len(self.runs), tag, lineno)
@@ -108,23 +130,36 @@ class Scan:
         return run if run is not None else self.new_run(tag, lineno)
 
 
+_RE2_TESTS = tuple(re2_ascii(t) for t in (_ROW_TEST, _HASH_START, _DEVICE_TEST, _HASH_TEST))
+
+
 def scan(text: str, source: str) -> Scan:
-    """Runs, header values and row blocks of an nccl-tests log (rows are parsed later, in bulk)."""
+    """Runs, header values and row blocks of a whole nccl-tests log (rows are parsed later)."""
     sc = Scan(source)
-    found = line_matches(text, _ROW_TEST, _HASH_START, _DEVICE_TEST, _HASH_TEST)
+    scan_chunk(sc, text, 1)
+    return sc
+
+
+def scan_chunk(sc: Scan, text: str, first_line: int) -> None:
+    """Add a chunk of whole lines (its first line numbered ``first_line``) to the scan."""
+    tests = _RE2_TESTS
+    found = None if None in tests else speed.attempt("nccl-scan", lambda: line_matches(text, *tests))  # type: ignore[arg-type]
     matches, others = (None, None) if found is None else found
+    offset = first_line - 1
     for kind, block, lineno, nlines in _scan_matches(text) if matches is None else matches:
         if kind == "rows":
-            _rows(sc, block, lineno, nlines)
+            _rows(sc, block, lineno + offset, nlines)
         elif kind == "devices":
-            _devices(sc, block, lineno)
+            _devices(sc, block, lineno + offset)
         else:
-            _header_line(sc, lineno, *_header(block))
-    _versions(sc, text)
+            _header_line(sc, lineno + offset, *_header(block))
+    if sc.nccl_version is None:
+        _versions(sc, text)
     # binary names: rows hold none when they hold no "_": then the other lines are searched alone
     no_rows = others is not None and not any("_" in c.text for r in sc.runs for c in r.chunks)
     _binaries(sc, others if no_rows and others is not None else text)
-    return sc
+    _failures(sc, text, first_line)
+    _last_line(sc, text, first_line)
 
 
 def _scan_matches(text: str) -> Iterator[Match]:
@@ -138,6 +173,37 @@ def _scan_matches(text: str) -> Iterator[Match]:
         kind = m.lastgroup or "hash"
         block = m.group(kind)
         yield kind, block, lineno, block.count("\n") + 1
+
+
+def _failures(sc: Scan, text: str, first_line: int) -> None:
+    """The lines where a test says it failed (searched for the word first: most logs have none)."""
+    at = text.find("failure")
+    while at >= 0:
+        start = text.rfind("\n", 0, at) + 1
+        end = text.find("\n", at)
+        end = len(text) if end < 0 else end
+        line = text[start:end]
+        if FAILURE.search(line):
+            sc.failures.append((first_line + text.count("\n", 0, start), line.strip()))
+        at = text.find("failure", end)
+
+
+def _last_line(sc: Scan, text: str, first_line: int) -> None:
+    """The log's first and last lines that are not blank (for errors, and a row cut to one field
+    is seen only on the last line); found from the ends, without a copy of the chunk."""
+    end = len(text)
+    while end and text[end - 1].isspace():
+        end -= 1
+    if not end:
+        return
+    if not sc.first_line[1]:
+        at = 0
+        while text[at].isspace():
+            at += 1
+        stop = text.find("\n", at)
+        sc.first_line = (first_line + text.count("\n", 0, at), text[at : len(text) if stop < 0 else stop])
+    start = text.rfind("\n", 0, end) + 1
+    sc.last_line = (first_line + text.count("\n") - text.count("\n", start), text[start:end])
 
 
 # ---------------------------------------------------------------- blocks
@@ -169,6 +235,7 @@ def _rows(sc: Scan, block: str, lineno: int, nlines: int) -> None:
         run = sc.current.get(tag) or (sc.runs[-1] if sc.runs else None) or sc.new_run(tag, first)
         run.chunks.append(Chunk(text, first, count))
         run.nrows += count
+        run.last_row = (first + count - 1, text[text.rfind("\n") + 1 :])
         sc.last_row_line = max(sc.last_row_line, first + count - 1)
 
 
