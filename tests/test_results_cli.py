@@ -57,11 +57,6 @@ def test_parse_error_is_one_line_on_stderr_and_exit_2(tmp_path: Path) -> None:
     assert err.count("\n") == 1 and err.startswith(f"hpckit: error: {bad}:29: malformed result row")
 
 
-def test_csv_and_parquet_are_exclusive(tmp_path: Path) -> None:
-    code, _, err = run("--csv", str(tmp_path / "a"), "--parquet", str(tmp_path / "b"), H100)
-    assert code == 2 and "exclusive" in err
-
-
 def test_warnings_go_to_stderr() -> None:
     code, out, err = run(str(DATA / "handmade-nccl-tests-no-mpi-8-single-rank-runs-tagged.txt"))
     assert code == 0 and "independent_runs" in out

@@ -164,11 +164,16 @@ def collective_of(binary: str) -> str | None:
 _BY_EVENT = {rule.event: rule for rule in HEADER_RULES}
 _ANY_HEADER = re.compile(r"^#\s*(?:" + "|".join(f"(?P<{r.event}>{r.after_hash})" for r in HEADER_RULES) + ")")
 
-# What the scan looks for after a line's "# ": every rule's trigger and the column header's first
-# column, all from the tables above (a rule added there is found by the scan with nothing else to
-# change).  Device lines come by the hundred and are taken in blocks, so they have their own.
-DEVICE_TRIGGER = _BY_EVENT["device"].after_hash
-HASH_TRIGGERS = (*(r.after_hash for r in HEADER_RULES if r.event != "device"), KEY_COLUMNS[0].regex + r"\b")
+
+def triggers(rules: tuple[LineRule, ...]) -> tuple[str, tuple[str, ...]]:
+    """What the scan looks for after a line's "# ": the device rule's trigger (device lines come
+    by the hundred and are taken in blocks), and every other rule's with the column header's first
+    column.  All from the tables above: a rule added there is found by the scan, nothing else to
+    change."""
+    device = next(r.after_hash for r in rules if r.event == "device")
+    others = tuple(r.after_hash for r in rules if r.event != "device")
+    return device, (*others, KEY_COLUMNS[0].regex + r"\b")
+
 
 # Lines that only nccl-tests prints (for telling a log's kind from its head)
 NCCL_MARKERS = re.compile(

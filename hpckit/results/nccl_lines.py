@@ -1,11 +1,11 @@
-"""The lines of an nccl-tests log worth reading, found by Arrow kernels: what nccl_scan.SCAN finds.
+"""The lines of an nccl-tests log worth reading, found by Arrow kernels: what the scan regex of nccl_scan finds.
 
-SCAN (Python's regex engine) tries its alternatives at every line start: a run of result rows, a
+The scan regex (Python's regex engine) tries its alternatives at every line start: a run of result rows, a
 run of device lines, or one `#` line worth reading, each the first alternative whose line test
 passes, runs taken whole (greedy).  Here each line is tested for a row by RE2, and each distinct
 other line for the other kinds, with the same line tests (on ASCII text Python's `\\d` and `\\b`
 are RE2's), and the runs are cut by numpy: the same blocks, in the same order, at a fraction of
-the cost of a regex attempt per line in Python.  Text that is not ASCII gets None, and the caller runs SCAN.
+the cost of a regex attempt per line in Python.  Text that is not ASCII gets None, and the caller runs the scan regex.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ Match = tuple[str, str, int, int]
 def line_matches(
     text: str, row: str, hash_start: str, device: str, hashed: str
 ) -> tuple[list[Match], str | None] | None:
-    """SCAN's matches (kind, block, 1-based line number of its first line, count of lines), in
+    """The scan regex's matches (kind, block, 1-based line number of its first line, count of lines), in
     file order, from the line tests ``row``, ``device`` and ``hashed`` (regexes tried at a line's
     start, each without its `.*` tail; ``hash_start``: what both of the last two begin with);
     None for text that is not ASCII or a test RE2 cannot read.  With them, when rows are most of

@@ -18,12 +18,12 @@ from hpckit.results.lines import PREFIX_RE, excerpt, strip_prefix
 from hpckit.results.model import Value
 from hpckit.results.nccl_fields import (
     BINARY,
-    DEVICE_TRIGGER,
     FAILURE,
-    HASH_TRIGGERS,
+    HEADER_RULES,
     NCCL_VERSION,
     LineRule,
     classify_header,
+    triggers,
 )
 from hpckit.results.nccl_lines import Match, line_matches
 from hpckit.results.nccl_table import Schema, schema_from_header
@@ -42,20 +42,35 @@ _HASH_START = _P + r"[ \t]*#"
 
 
 def _within_line(trigger: str) -> str:
-    """A trigger that cannot run past its line in SCAN, which reads the text whole (the Arrow scan
+    """A trigger that cannot run past its line in the scan regex, which reads the text whole (the Arrow scan
     tests one line at a time, where \\s never meets a newline)."""
     return trigger.replace(r"\s", r"[^\S\n]")
 
 
-_DEVICE_TEST = _HASH_START + rf"[ \t]*(?:{DEVICE_TRIGGER})"
-_HASH_TEST = _HASH_START + r"[ \t]*(?:" + "|".join(HASH_TRIGGERS) + ")"
-_ROW, _DEVICE, _HASH = (_within_line(t) + ".*" for t in (_ROW_TEST, _DEVICE_TEST, _HASH_TEST))
-# The lookahead is what every alternative needs (after a prefix: a digit or "#"): most noise lines
-# (NCCL INFO, tagged or not) fail it once instead of failing each alternative in turn.
-_GATE = rf"(?={_P}[ \t]*[#\d])"
-SCAN = re.compile(
-    rf"\n{_GATE}(?:(?P<rows>{_ROW}(?:\n{_ROW})*)|(?P<devices>{_DEVICE}(?:\n{_DEVICE})*)|(?P<hash>{_HASH}))"
-)
+@dataclass(frozen=True)
+class LineTests:
+    """The line tests of the scan, built from the header rules: ``scan`` for Python's engine (any
+    text), ``re2`` (row, `#` start, device, header; None when RE2 cannot spell one) for Arrow's."""
+
+    scan: re.Pattern[str]
+    re2: tuple[str, str, str, str] | None
+
+
+def line_tests(rules: tuple[LineRule, ...]) -> LineTests:
+    device, hashed = triggers(rules)
+    device_test = _HASH_START + rf"[ \t]*(?:{device})"
+    hash_test = _HASH_START + r"[ \t]*(?:" + "|".join(hashed) + ")"
+    row, dev, hsh = (_within_line(t) + ".*" for t in (_ROW_TEST, device_test, hash_test))
+    # The lookahead is what every alternative needs (after a prefix: a digit or "#"): most noise
+    # lines (NCCL INFO, tagged or not) fail it once instead of failing each alternative in turn.
+    gate = rf"(?={_P}[ \t]*[#\d])"
+    scan = re.compile(rf"\n{gate}(?:(?P<rows>{row}(?:\n{row})*)|(?P<devices>{dev}(?:\n{dev})*)|(?P<hash>{hsh}))")
+    spelt = [re2_ascii(t) for t in (_ROW_TEST, _HASH_START, device_test, hash_test)]
+    re2 = None if any(t is None for t in spelt) else (spelt[0], spelt[1], spelt[2], spelt[3])
+    return LineTests(scan, re2)  # type: ignore[arg-type]
+
+
+TESTS = line_tests(HEADER_RULES)
 _STARTERS = frozenset({"version", "start", "params"})
 _FOOTERS = frozenset({"oob", "avg", "end"})
 _RANK0 = re.compile(r"#\s*Rank\s+0\b")
@@ -130,9 +145,6 @@ class Scan:
         return run if run is not None else self.new_run(tag, lineno)
 
 
-_RE2_TESTS = tuple(re2_ascii(t) for t in (_ROW_TEST, _HASH_START, _DEVICE_TEST, _HASH_TEST))
-
-
 def scan(text: str, source: str) -> Scan:
     """Runs, header values and row blocks of a whole nccl-tests log (rows are parsed later)."""
     sc = Scan(source)
@@ -142,11 +154,11 @@ def scan(text: str, source: str) -> Scan:
 
 def scan_chunk(sc: Scan, text: str, first_line: int) -> None:
     """Add a chunk of whole lines (its first line numbered ``first_line``) to the scan."""
-    tests = _RE2_TESTS
-    found = None if None in tests else speed.attempt("nccl-scan", lambda: line_matches(text, *tests))  # type: ignore[arg-type]
+    tests = TESTS.re2
+    found = None if tests is None else speed.attempt("nccl-scan", lambda: line_matches(text, *tests))
     matches, others = (None, None) if found is None else found
     offset = first_line - 1
-    for kind, block, lineno, nlines in _scan_matches(text) if matches is None else matches:
+    for kind, block, lineno, nlines in _scan_matches(text, TESTS.scan) if matches is None else matches:
         if kind == "rows":
             _rows(sc, block, lineno + offset, nlines)
         elif kind == "devices":
@@ -162,11 +174,11 @@ def scan_chunk(sc: Scan, text: str, first_line: int) -> None:
     _last_line(sc, text, first_line)
 
 
-def _scan_matches(text: str) -> Iterator[Match]:
-    """SCAN's matches by Python's regex engine (any text): what nccl_lines finds on ASCII text."""
+def _scan_matches(text: str, scan: re.Pattern[str]) -> Iterator[Match]:
+    """The scan's matches by Python's regex engine (any text): what nccl_lines finds on ASCII text."""
     padded = "\n" + text  # every line, the first included, now follows a newline
     lineno, counted = 0, 0
-    for m in SCAN.finditer(padded):
+    for m in scan.finditer(padded):
         start = m.start()
         lineno += padded.count("\n", counted, start + 1)
         counted = start + 1

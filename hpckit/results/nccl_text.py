@@ -52,6 +52,8 @@ class NcclReader:
         if not any(r.nrows for r in sc.runs):
             return _no_rows(self.kind, sc)
         partial = _bad_rows(sc, self.bad)
+        if not self.parts:  # every row was a bad last row
+            return _no_rows(self.kind, sc)
         frame = _concat(self.parts)
         self.parts = []
         return _result(self.kind, sc, frame, partial, self.collective)
@@ -117,7 +119,7 @@ def _no_rows(kind: str, sc: Scan) -> ParseResult:
             excerpt(line),
             "no nccl-tests output found (no '# nThread' header, column header or result row)",
         )
-    if not sc.failures:
+    if not sc.failures and not any(r.nrows for r in sc.runs):
         sc.warnings.append("no result rows: the test printed its header but no measurements (crashed?)")
     frame = pd.DataFrame({c: pd.Series(dtype="float64") for c in FRAME_COLUMNS})
     meta = _meta(sc)

@@ -78,6 +78,7 @@ class PipeReader:
             others = self.kind == "megatron"
             bulk = speed.attempt("pipe-steps", lambda: bulk_pipe(text, self.marker, _snake, others, first_line, least))
             if bulk is not None:
+                _same_columns(self.frames, bulk.frame)
                 for _, line in bulk.other_lines:
                     _megatron_extra(self.steps, strip_prefix(line)[0])
                 self.frames.append(bulk.frame)
@@ -98,11 +99,30 @@ class PipeReader:
                 _megatron_extra(self.steps, line)
 
     def finish(self) -> ParseResult:
-        if self.exact:
-            return _result(self.steps, self.first)
-        frame = self.frames[0] if len(self.frames) == 1 else pd.concat(self.frames, ignore_index=True)
-        self.frames = []
-        return _finish(self.steps, _dedupe(self.steps, frame))
+        return _finish_frames(self.steps, self.frames, self.exact, self.first)
+
+
+def _same_columns(frames: list[pd.DataFrame], frame: pd.DataFrame) -> None:
+    """A chunk's step lines must share the first chunk's labels, as the fast path asks of every
+    line of one chunk (a last line cut short, a restart with other figures: the exact parser)."""
+    first = next((f for f in frames if len(f)), None)
+    if first is not None and len(frame) and list(frame.columns) != list(first.columns):
+        raise speed.Declined("a part of the log with other figures")
+
+
+def _finish_frames(steps: Steps, frames: list[pd.DataFrame], exact: bool, first: tuple[int, str] | None) -> ParseResult:
+    """The result from the fast path's frames (one per chunk), or from the exact parser's steps."""
+    kept = [f for f in frames if len(f)]  # (chunks of noise only)
+    frames.clear()  # (each part held once: by ``kept``, until joined)
+    if exact or not kept:
+        return _result(steps, first)
+    return _finish(steps, _dedupe(steps, _joined(kept)))
+
+
+def _joined(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+    frames.clear()
+    return frame
 
 
 def _first_line(text: str, first_line: int) -> tuple[int, str] | None:
@@ -175,6 +195,7 @@ class TqdmReader:
             least = MIN_LINES if opening else 0
             bulk = speed.attempt("tqdm-steps", lambda: bulk_tqdm(text, REDRAW, _snake, first_line, least))
             if bulk is not None:
+                _same_columns(self.frames, bulk.frame)
                 self.frames.append(bulk.frame)
                 return
             if not opening:
@@ -189,11 +210,7 @@ class TqdmReader:
                     _tqdm_segment(self.steps, m, lineno)
 
     def finish(self) -> ParseResult:
-        if self.exact:
-            return _result(self.steps, self.first)
-        frame = self.frames[0] if len(self.frames) == 1 else pd.concat(self.frames, ignore_index=True)
-        self.frames = []
-        return _finish(self.steps, _dedupe(self.steps, frame))
+        return _finish_frames(self.steps, self.frames, self.exact, self.first)
 
 
 def _tqdm_segment(steps: Steps, m: re.Match[str], lineno: int) -> None:

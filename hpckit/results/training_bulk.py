@@ -21,6 +21,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from hpckit.results import speed
 from hpckit.results.arrow_text import bool_mask, text_lines
 from hpckit.results.digit_runs import digit_runs, run_index, run_shaped
 from hpckit.results.model import NA_TOKENS, Field
@@ -54,8 +55,10 @@ def bulk_pipe(
     if found is None:
         return None
     step_lines, linenos, other = found
-    if len(linenos) < max(least, 1):
-        return None if len(linenos) < least else _empty(other, first_line)
+    if not speed.worth(len(linenos), least):
+        return None
+    if not len(linenos):
+        return _empty(other, first_line)
     try:
         cols = _columns_csv(step_lines, snake)
     except (_NoBulk, pa.ArrowException, ValueError, OverflowError):
@@ -257,8 +260,10 @@ def bulk_tqdm(
     """NeMo 1 tqdm refreshes (`Epoch E: ... n/N [t<eta, k=v, ...]`) of a chunk in bulk, or None."""
     try:
         found = _tqdm_found(text, redraw, drop_repeats=True)
-        if found is None or len(found.lines) + found.dropped < max(least, 1):
-            return None if found is None or len(found.lines) + found.dropped < least else _empty([], first_line)
+        if found is None or not speed.worth(len(found.lines) + found.dropped, least):
+            return None
+        if not len(found.lines) + found.dropped:
+            return _empty([], first_line)
         cols = _tqdm_columns(found, snake)
         if found.dropped and np.isnan(cols.get("consumed_samples", np.zeros(1))).any():
             # a repeat with NaN samples counts as "logged again" (NaN != NaN): keep every repeat
