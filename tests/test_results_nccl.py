@@ -359,6 +359,7 @@ def test_bulk_and_exact_readers_agree_on_padded_rows(pad: str) -> None:
     text = "\n".join(ln + pad if ln.lstrip()[:1].isdigit() else ln for ln in lines)
     result, ran = fast_and_exact(text, "nccl-tests")
     assert ran["nccl-rows"], "the Arrow row reader did not read the padded rows"
+    assert ran["nccl-scan"], "the Arrow scan did not run"
     assert isinstance(result, ParseResult)
     assert len(result.frame) == len(parse_text("\n".join(lines), "nccl-tests").frame)
 
