@@ -12,7 +12,7 @@ import pandas as pd
 from hpckit.results import speed
 from hpckit.results.lines import excerpt, split_lines, strip_prefix
 from hpckit.results.model import ParseError, ParseResult, Value, extract, frame_from_records
-from hpckit.results.training_bulk import MIN_LINES, bulk_pipe, bulk_tqdm
+from hpckit.results.training_bulk import MIN_LINES, Bulk, bulk_pipe, bulk_tqdm
 from hpckit.results.training_fields import (
     LABELS,
     MEGATRON_LINE,
@@ -56,15 +56,15 @@ class Steps:
 # ---------------------------------------------------------------- "label: value | ..." logs
 
 
-class PipeReader:
-    """NeMo 2 and Megatron: one `... iteration N/M | label: value | ...` line per logged step,
-    fed a chunk at a time.  The fast path reads each chunk's step lines into a frame; when it
-    declines on the first chunk the exact parser reads the log, and on a later one the front door
-    reads the log again exactly (speed.Declined)."""
+class _StepReader:
+    """A training log fed a chunk at a time.  The fast path reads each chunk's step lines into a
+    frame; when it declines on the first chunk the exact parser reads the log, and on a later one
+    the front door reads the log again exactly (speed.Declined)."""
+
+    path = ""  # the fast path's name in speed.FAST_PATHS
 
     def __init__(self, kind: str, source: str) -> None:
         self.kind = kind
-        self.marker = NEMO2_LINE if kind == "nemo2" else MEGATRON_LINE
         self.steps = Steps(source, kind)
         self.exact = speed.exact_mode()
         self.frames: list[pd.DataFrame] = []
@@ -75,18 +75,45 @@ class PipeReader:
         if not self.exact:
             opening = not self.frames
             least = MIN_LINES if opening else 0
-            others = self.kind == "megatron"
-            bulk = speed.attempt("pipe-steps", lambda: bulk_pipe(text, self.marker, _snake, others, first_line, least))
+            bulk = speed.attempt(self.path, lambda: self._fast(text, first_line, least))
             if bulk is not None:
                 _same_columns(self.frames, bulk.frame)
-                for _, line in bulk.other_lines:
-                    _megatron_extra(self.steps, strip_prefix(line)[0])
+                self._extras(bulk)
                 self.frames.append(bulk.frame)
                 return
             if not opening:
                 raise speed.Declined("a later part of the log")
             self.exact = True
         self._exact(text, first_line)
+
+    def finish(self) -> ParseResult:
+        return _finish_frames(self.steps, self.frames, self.exact, self.first)
+
+    def _fast(self, text: str, first_line: int, least: int) -> Bulk | None:
+        raise NotImplementedError
+
+    def _extras(self, bulk: Bulk) -> None:
+        """What the fast path found besides step lines."""
+
+    def _exact(self, text: str, first_line: int) -> None:
+        raise NotImplementedError
+
+
+class PipeReader(_StepReader):
+    """NeMo 2 and Megatron: one `... iteration N/M | label: value | ...` line per logged step."""
+
+    path = "pipe-steps"
+
+    def __init__(self, kind: str, source: str) -> None:
+        super().__init__(kind, source)
+        self.marker = NEMO2_LINE if kind == "nemo2" else MEGATRON_LINE
+
+    def _fast(self, text: str, first_line: int, least: int) -> Bulk | None:
+        return bulk_pipe(text, self.marker, _snake, self.kind == "megatron", first_line, least)
+
+    def _extras(self, bulk: Bulk) -> None:
+        for _, line in bulk.other_lines:
+            _megatron_extra(self.steps, strip_prefix(line)[0])
 
     def _exact(self, text: str, first_line: int) -> None:
         for lineno, raw in enumerate(split_lines(text), first_line):
@@ -97,9 +124,6 @@ class PipeReader:
                 _pipe_line(self.steps, line, lineno)
             elif self.kind == "megatron":
                 _megatron_extra(self.steps, line)
-
-    def finish(self) -> ParseResult:
-        return _finish_frames(self.steps, self.frames, self.exact, self.first)
 
 
 def _same_columns(frames: list[pd.DataFrame], frame: pd.DataFrame) -> None:
@@ -178,29 +202,15 @@ def _megatron_extra(steps: Steps, line: str) -> None:
 # ---------------------------------------------------------------- NeMo 1 tqdm
 
 
-class TqdmReader:
-    """NeMo 1: tqdm refreshes of `Epoch E: ... n/N [t<eta, k=v, ...]`, one row per global step,
-    fed a chunk at a time (as PipeReader)."""
+class TqdmReader(_StepReader):
+    """NeMo 1: tqdm refreshes of `Epoch E: ... n/N [t<eta, k=v, ...]`, one row per global step."""
 
-    def __init__(self, kind: str, source: str) -> None:
-        self.steps = Steps(source, kind)
-        self.exact = speed.exact_mode()
-        self.frames: list[pd.DataFrame] = []
-        self.first: tuple[int, str] | None = None
+    path = "tqdm-steps"
 
-    def feed(self, text: str, first_line: int) -> None:
-        self.first = self.first or _first_line(text, first_line)
-        if not self.exact:
-            opening = not self.frames
-            least = MIN_LINES if opening else 0
-            bulk = speed.attempt("tqdm-steps", lambda: bulk_tqdm(text, REDRAW, _snake, first_line, least))
-            if bulk is not None:
-                _same_columns(self.frames, bulk.frame)
-                self.frames.append(bulk.frame)
-                return
-            if not opening:
-                raise speed.Declined("a later part of the log")
-            self.exact = True
+    def _fast(self, text: str, first_line: int, least: int) -> Bulk | None:
+        return bulk_tqdm(text, REDRAW, _snake, first_line, least)
+
+    def _exact(self, text: str, first_line: int) -> None:
         for lineno, raw in enumerate(split_lines(text), first_line):
             if "Epoch" not in raw:
                 continue
@@ -208,9 +218,6 @@ class TqdmReader:
                 m = TQDM.search(segment)
                 if m is not None:
                     _tqdm_segment(self.steps, m, lineno)
-
-    def finish(self) -> ParseResult:
-        return _finish_frames(self.steps, self.frames, self.exact, self.first)
 
 
 def _tqdm_segment(steps: Steps, m: re.Match[str], lineno: int) -> None:
