@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from hpckit.results.lines import excerpt, strip_prefix
+from hpckit.results.memory import release
 from hpckit.results.model import ParseError, ParseResult
 from hpckit.results.nccl_fields import UNITS, collective_of
 from hpckit.results.nccl_rows import plain
@@ -317,6 +318,7 @@ def _concat(parts: list[dict[str, Column]]) -> pd.DataFrame:
         else:
             cols[name] = _take(_join(pieces), sort)
         del pieces, arrays, like
+        release()  # (the pieces' heap pages back to the system before the next column is made)
     cols["collective"] = pd.Categorical.from_codes(np.full(n, -1, dtype=np.int8), categories=pd.Index([], dtype=str))
     cols["root"] = pd.array(np.asarray(cols["root"], dtype=np.float64), dtype="Int64")  # NaN -> <NA>
     cols.setdefault("wrong", np.full(n, np.nan))

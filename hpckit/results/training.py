@@ -11,6 +11,7 @@ import pandas as pd
 
 from hpckit.results import speed
 from hpckit.results.lines import excerpt, split_lines, strip_prefix
+from hpckit.results.memory import release
 from hpckit.results.model import ParseError, ParseResult, Value, extract, frame_from_records
 from hpckit.results.training_bulk import MIN_LINES, Bulk, bulk_pipe, bulk_tqdm
 from hpckit.results.training_fields import (
@@ -146,6 +147,7 @@ def _finish_frames(steps: Steps, frames: list[pd.DataFrame], exact: bool, first:
 def _joined(frames: list[pd.DataFrame]) -> pd.DataFrame:
     frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
     frames.clear()
+    release()  # (the chunks' frames back to the system: see memory.py)
     return frame
 
 
