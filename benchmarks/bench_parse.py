@@ -244,53 +244,32 @@ def record_results(rows: list[Row], size_mb: float, repeat: int) -> None:
     record("parse", body)
 
 
-NOTES = """How each parser reads its log (every fast path is checked against the line-by-line parser by
-tests/test_results_*.py, and falls back to it on anything it cannot read exactly):
-- nccl-tests: Arrow splits the log into lines and RE2 tests each line for a row; the other lines
-  are dictionary-encoded and each distinct one (a log repeats its `#` lines and noise) is tested
-  once for a `#` start, a device line and a header line; numpy cuts the runs of rows and of device
-  lines: the same blocks as the scan regex, which still reads text that is not ASCII; each
-  block's line count comes with it. Each distinct header line is read once (prefix, kind,
-  values and column schema in one cache), each distinct device block too. Binary names (`_perf`)
-  are searched in the lines that are not rows when rows are most of the log and none holds a
-  `_` (the whole text otherwise). The rows of all runs with one layout are read by Arrow kernels
-  a few MB at a time (split on ASCII blanks, every row must give the layout's count of tokens,
-  token j of every row taken through string views on the token edges, cast to int64/float64 as
-  int()/float() read them; a column holding `N/A` goes to the N/A read at once, as a cast that
-  fails part way costs more than the test; text dictionary-encoded into categoricals; numeric
-  blocks joined in Arrow's pool); pandas' C reader only when that fails, the exact reader for
-  rows with blanks neither cuts as str.split does. Layouts read apart go back to file order by
-  writing each column once; each metric column is written straight from every placement's
-  array (no stacked copy, no mask when every placement was printed, fillers only where a layout
-  lacks a column); the frame is built without a copy into blocks. (Handing the bulk reader the
-  rows as spans of Arrow's lines array instead of text, and a numpy tokenizer, were tried and
-  measured no faster: the time is in the token split and the casts.)
-- NeMo 2 / Megatron: step lines picked by the marker in RE2 on Arrow's lines, then tested for
-  `|` on the picked lines only. One CSV read per block of 32,768 lines cuts heads, labels and
-  values at once: a `|` is written after every `:`, which is exact when `:` counts one per label
-  and line and every label field is the first line's; the reader parses the floats itself.
-  Step-marker integers: when every head has one skeleton (digit runs aside) and the field regex
-  is a sequence of non-digit atoms and `\\d+` runs, its capture is the same run of every head,
-  read by numpy and Arrow's cast; otherwise by RE2 extraction.
-- NeMo 1: the log is split into redraw pieces by Arrow (newlines, then carriage returns); a piece
-  that the next repeats char for char is dropped; each piece is cut at its first `[` and the head
-  tested against TQDM's part before `\\[` in RE2 (spelt with Python's Unicode `\\d`/`\\s`), which
-  is then provably the match TQDM.search finds; pieces of another shape go through TQDM itself.
-  The `k=v` postfixes are read like NeMo 2's pieces (`,` written after every `=`, one CSV read).
-  The generated log draws each step twice; Lightning's own paired redraws differ (new n, then
-  new postfix), so a real log reads both.
-- The cyclic garbage collector is paused while a parser runs (many small objects, no cycles),
-  and numpy's huge pages are off (numpy madvises arrays of a few MB for them; with THP defrag on
-  "madvise" a fault there may stall on compaction: a 100 MB nccl-tests parse swung 0.7-1.4 s).
-- Page faults: on this VM, numpy's and Python's allocations of a few MB and more come back as
-  fresh pages on every call (glibc gives the heap's top back); Arrow's pool keeps its pages, so
-  the big temporaries are Arrow's, made a few MB at a time. numpy columns, the melt to one row
-  per placement and the frame still fault; for a 100 MB log that is a visible share (sys time).
-Where the time goes: nccl-tests short runs in the Python work per block and header line (~25,000
-a 20 MB log: each run's state, one at a time), the row test and the row reads;
-long runs in reading the rows (Arrow's whitespace split, casts) and the numpy columns of ~1.7
-million frame rows (100 MB); NeMo 2 in the line split and marker test, the CSV reads and the
-heads.
+NOTES = """How each parser reads its log: `parse_file` feeds it the file 16 MiB at a time (whole lines).
+Every family has its exact parser, the reference (`--exact`, HPCKIT_RESULTS_EXACT=1), and its fast
+paths, all behind one seam (hpckit/results/speed.py); a fast path declines anything it cannot read
+exactly, and the tests compare both modes on every sample, long logs and hypothesis mutants, and
+fail when a fast path stops running. The fast paths kept, each because this table needs it:
+- nccl-tests, `nccl-scan`: Arrow splits a chunk into lines and RE2 tests each for a row; the other
+  lines are dictionary-encoded and each distinct one tested once for a `#` start, a device line
+  and a header line (the triggers are built from the header rule table); numpy cuts the runs of
+  rows and of device lines: the blocks the scan regex finds, which still reads non-ASCII text.
+- nccl-tests, `nccl-rows`: the rows of all runs with one layout are cut and cast by Arrow kernels
+  (split on ASCII blanks, every row must give the layout's count of tokens, token j of every row
+  taken through string views, cast as int()/float() read them; `N/A` as NaN; text
+  dictionary-encoded into categoricals); a block it declines is read row by row. (pandas' C
+  reader, the second bulk reader before, was removed: Arrow reads what it read.)
+- NeMo 2 / Megatron, `pipe-steps`: step lines picked by the marker in RE2, then one Arrow CSV read
+  per block of 32,768 lines cuts heads, labels and values (a `|` written after every `:`, exact
+  when every line has the first line's count of `:` in each piece and its labels; a head or value
+  holding `:` is put back together); the step-marker integers are read from the heads' digit runs.
+  (Python's line picking and two other cuts of the pieces were removed.)
+- NeMo 1, `tqdm-steps`: redraw pieces split by Arrow, repeats dropped, each piece's head tested
+  against TQDM's part before `[` in RE2; the `k=v` postfixes read like NeMo 2's pieces.
+- The cyclic garbage collector is paused and numpy's huge pages are off while a parser runs
+  (many small objects, no cycles; a fault on a madvised huge page may stall on compaction).
+Where the time goes: nccl-tests short runs in the Python work per block and header line and the
+row test; long runs in reading the rows (Arrow's whitespace split, casts) and the numpy columns of
+~1.7 million frame rows per 100 MB; NeMo 2 in the line split and marker test and the CSV reads.
 Timings swing 2-3x on a shared machine; the back-to-back pairs are the fairer figure.
 """
 

@@ -88,6 +88,13 @@ def test_failure_and_a_last_row_cut_after_its_keys() -> None:  # NVIDIA/nccl-tes
     assert "line 16: last row is incomplete (truncated output)" in r.warnings[0]
 
 
+def test_cuda_failure_alone_is_a_failed_nccl_run() -> None:  # NVIDIA/nccl-tests#66
+    path = DATA / "issue-nccl-tests-66-test-cuda-failure-only-line.txt"
+    r = parse_file(path)
+    assert r.kind == "nccl-tests" and r.failed and r.frame.empty
+    assert r.warnings == ["line 1: the test failed: Test CUDA failure common.cu:730 'unknown error'"]
+
+
 def test_failed_run_in_the_cli_table_json_and_exit_code() -> None:
     path = str(DATA / "issue-nccl-tests-322-rows-then-test-nccl-failure-excerpt.txt")
     table = CliRunner().invoke(results, ["parse", path])

@@ -13,8 +13,8 @@ Fast paths run only through ``attempt`` below, which
 - counts each time a fast path answered, so that a test fails when a fast path silently stops
   running (deleted, or declining everything after a change).
 
-The fast paths, each kept because it is what holds parse throughput at >= 0.5x pandas.read_csv
-on long logs (benchmarks/bench_parse.py, RESULTS.md), at most two per family:
+FAST_PATHS below lists them, each kept because it is what holds parse throughput at >= 0.5x
+pandas.read_csv on long logs (benchmarks/bench_parse.py, RESULTS.md); at most two per family.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ FAST_PATHS: dict[str, str] = {
     "pipe-steps": "NeMo 2 / Megatron: step lines picked by RE2, cut by one Arrow CSV read per block",
     "tqdm-steps": "NeMo 1: tqdm refreshes cut by Arrow, postfixes read by one Arrow CSV read per block",
 }
-__doc__ += "".join(f"\n- {name}: {what}" for name, what in FAST_PATHS.items()) + "\n"
 
 EXACT_ENV = "HPCKIT_RESULTS_EXACT"
 _EXACT: ContextVar[bool] = ContextVar("hpckit_results_exact", default=False)
