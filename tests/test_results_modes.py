@@ -132,7 +132,7 @@ def test_every_header_rule_is_found_by_the_scan() -> None:
             assert [m[0] for m in nccl_scan._scan_matches(text, nccl_scan.TESTS.scan)] == [kind], (event, text)
             assert nccl_scan.TESTS.re2 is not None
             found = nccl_scan.line_matches(text, *nccl_scan.TESTS.re2)
-            assert found is not None and [m[0] for m in found[0]] == [kind], (event, text)
+            assert found is not None and [m[0] for m in found.matches] == [kind], (event, text)
 
 
 def test_a_new_header_rule_is_scanned_without_other_changes() -> None:
@@ -144,7 +144,7 @@ def test_a_new_header_rule_is_scanned_without_other_changes() -> None:
     assert list(nccl_scan._scan_matches(line, nccl_scan.TESTS.scan)) == []  # unknown today
     assert [m[0] for m in nccl_scan._scan_matches(line, tests.scan)] == ["hash"]
     found = nccl_scan.line_matches(line, *tests.re2)
-    assert found is not None and [m[0] for m in found[0]] == ["hash"]
+    assert found is not None and [m[0] for m in found.matches] == ["hash"]
 
 
 # ---------------------------------------------------------------- hypothesis: mutants, chunks

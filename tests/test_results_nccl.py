@@ -385,7 +385,7 @@ def _line_matches(text: str) -> object:
     tests = ns.TESTS.re2
     assert tests is not None
     found = nccl_lines.line_matches(text, *tests)
-    return None if found is None else found[0]
+    return None if found is None else found.matches
 
 
 @pytest.mark.parametrize("name", NCCL_SAMPLES)

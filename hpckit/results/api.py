@@ -72,7 +72,7 @@ def _head(stream: Iterator[Chunk]) -> list[Chunk]:
 def _read(kind: str, source: str, collective: str | None, chunks: Iterator[Chunk]) -> ParseResult:
     reader = REGISTRY[kind].reader(kind, source, collective)
     for chunk in chunks:
-        reader.feed(chunk.text, chunk.first_line)
+        reader.feed(chunk.text, chunk.first_line, chunk.lines)
     result = reader.finish()
     result.kind = kind
     return result

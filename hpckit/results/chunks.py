@@ -33,6 +33,7 @@ BOM = b"\xef\xbb\xbf"
 class Chunk:
     text: str
     first_line: int  # 1-based number of the chunk's first line
+    lines: int | None = None  # its count of newlines (counted once, here)
 
 
 def text_chunks(text: str, source: str, size: int | None = None) -> Iterator[Chunk]:
@@ -42,12 +43,16 @@ def text_chunks(text: str, source: str, size: int | None = None) -> Iterator[Chu
     _refuse_nul(text[:HEAD_BYTES], source)
     if "\n" not in text[:HEAD_BYTES] and "\r" in text[:HEAD_BYTES]:
         text = text.replace("\r", "\n")
+    if len(text) <= size:
+        yield Chunk(text, 1)  # (no copy, no count: the parser's own split tells)
+        return
     line, at = 1, 0
     while at < len(text):
         end = _cut(text, at, size)
         piece = text[at:end]
-        yield Chunk(piece, line)
-        line += piece.count("\n")
+        count = piece.count("\n")
+        yield Chunk(piece, line, count)
+        line += count
         at = end
 
 
@@ -94,7 +99,7 @@ def _read(handle: BinaryIO, source: str, size: int) -> Iterator[Chunk]:
             continue
         chunk = _chunk(data[: end + 1], line, cr_only)
         yield chunk
-        line += chunk.text.count("\n")
+        line += chunk.lines or 0
         carry = data[end + 1 :]
 
 
@@ -108,7 +113,7 @@ def _fill(handle: BinaryIO, size: int, source: str) -> bytes:
 def _chunk(data: bytes, line: int, cr_only: bool) -> Chunk:
     if cr_only:
         data = data.replace(b"\r", b"\n")
-    return Chunk(data.decode("utf-8", errors="replace"), line)
+    return Chunk(data.decode("utf-8", errors="replace"), line, data.count(b"\n"))
 
 
 def _refuse_nul(head: str, source: str) -> None:

@@ -20,9 +20,10 @@ Family = Literal["nccl", "training", "sacct"]
 
 
 class Reader(Protocol):
-    """A parser fed a log a chunk at a time (whole lines; the first line's number alongside)."""
+    """A parser fed a log a chunk at a time (whole lines; the first line's number alongside, and
+    the chunk's count of newlines when known)."""
 
-    def feed(self, text: str, first_line: int) -> None: ...
+    def feed(self, text: str, first_line: int, lines: int | None = None) -> None: ...
 
     def finish(self) -> ParseResult: ...
 
@@ -62,7 +63,7 @@ class Whole:
         self.parse = parse
         self.parts: list[str] = []
 
-    def feed(self, text: str, first_line: int) -> None:
+    def feed(self, text: str, first_line: int, lines: int | None = None) -> None:
         self.parts.append(text)
 
     def finish(self) -> ParseResult:

@@ -53,7 +53,7 @@ class LineTests:
     text), ``re2`` (row, `#` start, device, header; None when RE2 cannot spell one) for Arrow's."""
 
     scan: re.Pattern[str]
-    re2: tuple[str, str, str, str] | None
+    re2: tuple[str, str, str, str, str] | None
 
 
 def line_tests(rules: tuple[LineRule, ...]) -> LineTests:
@@ -65,12 +65,13 @@ def line_tests(rules: tuple[LineRule, ...]) -> LineTests:
     # lines (NCCL INFO, tagged or not) fail it once instead of failing each alternative in turn.
     gate = rf"(?={_P}[ \t]*[#\d])"
     scan = re.compile(rf"\n{gate}(?:(?P<rows>{row}(?:\n{row})*)|(?P<devices>{dev}(?:\n{dev})*)|(?P<hash>{hsh}))")
-    spelt = [re2_ascii(t) for t in (_ROW_TEST, _HASH_START, device_test, hash_test)]
-    re2 = None if any(t is None for t in spelt) else (spelt[0], spelt[1], spelt[2], spelt[3])
+    spelt = [re2_ascii(t) for t in (_ROW_TEST, _HASH_START, device_test, hash_test, FAILURE.pattern)]
+    re2 = None if any(t is None for t in spelt) else (spelt[0], spelt[1], spelt[2], spelt[3], spelt[4])
     return LineTests(scan, re2)  # type: ignore[arg-type]
 
 
 TESTS = line_tests(HEADER_RULES)
+_ROW_START = re.compile(_ROW_TEST)
 _STARTERS = frozenset({"version", "start", "params"})
 _FOOTERS = frozenset({"oob", "avg", "end"})
 _RANK0 = re.compile(r"#\s*Rank\s+0\b")
@@ -131,6 +132,7 @@ class Scan:
     last_row_line: int = 0
     warnings: list[str] = field(default_factory=list)
     failures: list[tuple[int, str]] = field(default_factory=list)  # (line number, line)
+    pending: list[Run] = field(default_factory=list)  # runs with rows not yet parsed
     last_line: tuple[int, str] = (0, "")  # the last line that is not blank
     first_line: tuple[int, str] = (1, "")  # the first line that is not blank (for errors)
 
@@ -152,13 +154,13 @@ def scan(text: str, source: str) -> Scan:
     return sc
 
 
-def scan_chunk(sc: Scan, text: str, first_line: int) -> None:
-    """Add a chunk of whole lines (its first line numbered ``first_line``) to the scan."""
+def scan_chunk(sc: Scan, text: str, first_line: int, lines: int | None = None) -> None:
+    """Add a chunk of whole lines (its first line numbered ``first_line``; ``lines``: its count of
+    newlines, when the caller knows it) to the scan."""
     tests = TESTS.re2
     found = None if tests is None else speed.attempt("nccl-scan", lambda: line_matches(text, *tests))
-    matches, others = (None, None) if found is None else found
     offset = first_line - 1
-    for kind, block, lineno, nlines in _scan_matches(text, TESTS.scan) if matches is None else matches:
+    for kind, block, lineno, nlines in _scan_matches(text, TESTS.scan) if found is None else found.matches:
         if kind == "rows":
             _rows(sc, block, lineno + offset, nlines)
         elif kind == "devices":
@@ -168,10 +170,14 @@ def scan_chunk(sc: Scan, text: str, first_line: int) -> None:
     if sc.nccl_version is None:
         _versions(sc, text)
     # binary names: rows hold none when they hold no "_": then the other lines are searched alone
-    no_rows = others is not None and not any("_" in c.text for r in sc.runs for c in r.chunks)
+    others = None if found is None else found.others
+    no_rows = others is not None and not any("_" in c.text for r in sc.pending for c in r.chunks)
     _binaries(sc, others if no_rows and others is not None else text)
-    _failures(sc, text, first_line)
-    _last_line(sc, text, first_line)
+    failures = _failures(text) if found is None else found.failures
+    sc.failures.extend((n + offset, line.strip()) for n, line in failures)
+    if lines is None:
+        lines = text.count("\n") if found is None else found.newlines
+    _last_line(sc, text, first_line, lines)
 
 
 def _scan_matches(text: str, scan: re.Pattern[str]) -> Iterator[Match]:
@@ -187,20 +193,23 @@ def _scan_matches(text: str, scan: re.Pattern[str]) -> Iterator[Match]:
         yield kind, block, lineno, block.count("\n") + 1
 
 
-def _failures(sc: Scan, text: str, first_line: int) -> None:
-    """The lines where a test says it failed (searched for the word first: most logs have none)."""
+def _failures(text: str) -> list[tuple[int, str]]:
+    """(line number in the chunk, line) where a test says it failed, as the Arrow scan finds them:
+    lines that are not result rows (searched for the word first: most logs have none)."""
+    found = []
     at = text.find("failure")
     while at >= 0:
         start = text.rfind("\n", 0, at) + 1
         end = text.find("\n", at)
         end = len(text) if end < 0 else end
         line = text[start:end]
-        if FAILURE.search(line):
-            sc.failures.append((first_line + text.count("\n", 0, start), line.strip()))
+        if FAILURE.search(line) and not _ROW_START.match(line):
+            found.append((text.count("\n", 0, start) + 1, line))
         at = text.find("failure", end)
+    return found
 
 
-def _last_line(sc: Scan, text: str, first_line: int) -> None:
+def _last_line(sc: Scan, text: str, first_line: int, lines: int) -> None:
     """The log's first and last lines that are not blank (for errors, and a row cut to one field
     is seen only on the last line); found from the ends, without a copy of the chunk."""
     end = len(text)
@@ -215,7 +224,7 @@ def _last_line(sc: Scan, text: str, first_line: int) -> None:
         stop = text.find("\n", at)
         sc.first_line = (first_line + text.count("\n", 0, at), text[at : len(text) if stop < 0 else stop])
     start = text.rfind("\n", 0, end) + 1
-    sc.last_line = (first_line + text.count("\n") - text.count("\n", start), text[start:end])
+    sc.last_line = (first_line + lines - text.count("\n", start), text[start:end])
 
 
 # ---------------------------------------------------------------- blocks
@@ -245,6 +254,8 @@ def _split_by_tag(block: str, lineno: int, nlines: int) -> list[tuple[int, int, 
 def _rows(sc: Scan, block: str, lineno: int, nlines: int) -> None:
     for tag, first, text, count in _split_by_tag(block, lineno, nlines):
         run = sc.current.get(tag) or (sc.runs[-1] if sc.runs else None) or sc.new_run(tag, first)
+        if not run.chunks:
+            sc.pending.append(run)
         run.chunks.append(Chunk(text, first, count))
         run.nrows += count
         run.last_row = (first + count - 1, text[text.rfind("\n") + 1 :])

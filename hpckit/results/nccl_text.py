@@ -43,8 +43,8 @@ class NcclReader:
         self.parts: list[dict[str, Column]] = []
         self.bad: list[tuple[int, str, str, int]] = []  # (line number, line, why, run index)
 
-    def feed(self, text: str, first_line: int) -> None:
-        scan_chunk(self.sc, text, first_line)
+    def feed(self, text: str, first_line: int, lines: int | None = None) -> None:
+        scan_chunk(self.sc, text, first_line, lines)
         self._parse_pending(plain(text))
 
     def finish(self) -> ParseResult:
@@ -62,10 +62,9 @@ class NcclReader:
     def _parse_pending(self, plain: bool) -> None:
         """The rows the scan found since the last call, runs sharing a layout in one go."""
         groups: dict[int, tuple[Schema, list[Run]]] = {}  # by identity: equal headers share a Schema
-        for run in self.sc.runs:
-            if run.chunks:
-                schema = _schema_of(self.sc, run)
-                groups.setdefault(id(schema), (schema, []))[1].append(run)
+        for run in sorted(self.sc.pending, key=lambda r: r.index):
+            schema = _schema_of(self.sc, run)
+            groups.setdefault(id(schema), (schema, []))[1].append(run)
         for schema, runs in groups.values():
             chunks = [(run.index, c) for run in runs for c in run.chunks]
             linenos, owner = _numbering(chunks)
@@ -75,8 +74,9 @@ class NcclReader:
                 self.bad.extend((n, line, why, run_of[n]) for n, line, why in block.bad)
             if len(block.lines):
                 self.parts.append(_melt(block, schema, owner[block.index]))
-        for run in self.sc.runs:
+        for run in self.sc.pending:
             run.chunks.clear()
+        self.sc.pending.clear()
 
 
 def parse_nccl_text(text: str, source: str = "<text>", collective: str | None = None) -> ParseResult:

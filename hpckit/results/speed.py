@@ -1,9 +1,10 @@
 """The one seam between the exact parsers and their fast paths.
 
 Every parser has an exact path: plain Python, line by line (or one regex per line), the reference
-for what a log means.  A long log is read much faster by Arrow kernels, so each family has one
-fast path that must give the same frame, meta and warnings, and that *declines* (returns None or
-raises Declined) on anything it cannot read exactly; the exact path then reads that input.
+for what a log means.  A long log is read much faster by Arrow kernels, so a family has a fast
+path or two (nccl-tests: its scan and its row reader; the training logs: one each), which must
+give the same frame, meta and warnings, and which *decline* (return None or raise Declined) on
+anything they cannot read exactly; the exact path then reads that input.
 
 Fast paths run only through ``attempt`` below, which
 

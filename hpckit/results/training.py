@@ -71,7 +71,7 @@ class _StepReader:
         self.frames: list[pd.DataFrame] = []
         self.first: tuple[int, str] | None = None
 
-    def feed(self, text: str, first_line: int) -> None:
+    def feed(self, text: str, first_line: int, lines: int | None = None) -> None:
         self.first = self.first or _first_line(text, first_line)
         if not self.exact:
             opening = not self.frames
