@@ -79,13 +79,6 @@ class NcclReader:
         self.sc.pending.clear()
 
 
-def parse_nccl_text(text: str, source: str = "<text>", collective: str | None = None) -> ParseResult:
-    """A whole nccl-tests log held in memory (the front door feeds it in chunks instead)."""
-    reader = NcclReader("nccl-tests", source, collective)
-    reader.feed(text, 1)
-    return reader.finish()
-
-
 def _result(kind: str, sc: Scan, frame: pd.DataFrame, partial: bool, collective: str | None) -> ParseResult:
     meta = _meta(sc)
     coll = collective or _guess_collective(sc)
