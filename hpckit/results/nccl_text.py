@@ -46,6 +46,7 @@ class NcclReader:
     def feed(self, text: str, first_line: int, lines: int | None = None) -> None:
         scan_chunk(self.sc, text, first_line, lines)
         self._parse_pending(plain(text))
+        release()  # (this chunk's scratch memory back to the system: it sits between the kept parts)
 
     def finish(self) -> ParseResult:
         sc = self.sc
@@ -65,6 +66,7 @@ class NcclReader:
         for run in sorted(self.sc.pending, key=lambda r: r.index):
             schema = _schema_of(self.sc, run)
             groups.setdefault(id(schema), (schema, []))[1].append(run)
+        parts = []
         for schema, runs in groups.values():
             chunks = [(run.index, c) for run in runs for c in run.chunks]
             linenos, owner = _numbering(chunks)
@@ -73,7 +75,11 @@ class NcclReader:
                 run_of = dict(zip(linenos.tolist(), owner.tolist(), strict=True))
                 self.bad.extend((n, line, why, run_of[n]) for n, line, why in block.bad)
             if len(block.lines):
-                self.parts.append(_melt(block, schema, owner[block.index]))
+                parts.append(_melt(block, schema, owner[block.index]))
+        # a chunk's layouts merged in file order now, while small: the parts of a whole log then
+        # follow each other and need no sort (one that would cost a few columns of memory)
+        if parts:
+            self.parts.append(_merged(parts, trim=False) if len(parts) > 1 else parts[0])
         for run in self.sc.pending:
             run.chunks.clear()
         self.sc.pending.clear()
@@ -211,13 +217,20 @@ def _melt(block: Block, schema: Schema, runs: np.ndarray) -> dict[str, Column]:
     cols["placement"] = pd.Categorical.from_codes(codes, categories=pd.Index(list(schema.placements)))
     for name in dict.fromkeys(k for g in block.metrics for k in g):
         # (a filler made only where a group lacks the metric: these are columns of every row)
-        groups = [g[name] if name in g else np.full(n, np.nan) for g in block.metrics]
+        groups = [_owned(g[name]) if name in g else np.full(n, np.nan) for g in block.metrics]
         cols[name] = Interleaved(groups) if everywhere else np.column_stack(groups).ravel()[present]
     if block.timestamps is not None:
         stamps = pd.to_datetime(pd.Series(block.timestamps), format="%Y-%m-%d %H:%M:%S", errors="coerce")
         cols["timestamp"] = np.repeat(stamps.to_numpy(dtype="datetime64[s]"), p)[keep]
     cols["line"] = np.repeat(block.lines, p)[keep]
     return cols
+
+
+def _owned(values: np.ndarray) -> np.ndarray:
+    """An array that owns its memory: a view of an Arrow buffer (the row reader's casts) is
+    copied out, so that a chunk's Arrow memory is all freed when the chunk is done (a few kept
+    arrays would pin the pool's pages, and they would add up over a long log)."""
+    return values if values.base is None else values.copy()
 
 
 def _repeat(values: Column, p: int, keep: np.ndarray | slice, kept: int, name: str) -> Column:
@@ -286,9 +299,23 @@ def _join(pieces: list[Column]) -> Column:
 
 
 def _concat(parts: list[dict[str, Column]]) -> pd.DataFrame:
-    """Build the frame once from every part's columns (a layout of a chunk), in file order (run,
-    then line).  Each column's pieces are dropped as soon as the column is built, so that a long
-    log's rows are held about once, not twice."""
+    """Build the frame once from every part's columns, in file order (run, then line)."""
+    cols = _merged(parts)
+    n = len(cols["run"])
+    cols["collective"] = pd.Categorical.from_codes(np.full(n, -1, dtype=np.int8), categories=pd.Index([], dtype=str))
+    cols["root"] = _nullable_ints(cols["root"])
+    cols.setdefault("wrong", np.full(n, np.nan))
+    front = [c for c in FRAME_COLUMNS if c in cols]
+    order = [*front, *(c for c in cols if c not in front and c != "line"), "line"]
+    # copy=False: one block per column, as built, rather than a copy of them all into blocks
+    # by dtype (tens of MB of fresh pages for a long log)
+    return pd.DataFrame({c: cols.pop(c) for c in order}, copy=False)
+
+
+def _merged(parts: list[dict[str, Column]], trim: bool = True) -> dict[str, Column]:
+    """The parts' columns joined, in file order (run, then line).  Each column's pieces are
+    dropped as soon as the column is built (``trim``: and their memory given back), so that a
+    long log's rows are held about once, not twice."""
     lengths = [len(part["run"]) for part in parts]
     n = sum(lengths)
     sort = _file_order(parts)
@@ -297,7 +324,7 @@ def _concat(parts: list[dict[str, Column]]) -> pd.DataFrame:
     where = None if sort is None else np.empty(n, dtype=np.int64)
     if where is not None and sort is not None:
         where[sort] = np.arange(n)
-    cols: dict[str, object] = {}
+    cols: dict[str, Column] = {}
     for name in list(dict.fromkeys(k for part in parts for k in part)):
         like = next(part[name] for part in parts if name in part)
         pieces = [
@@ -311,15 +338,17 @@ def _concat(parts: list[dict[str, Column]]) -> pd.DataFrame:
         else:
             cols[name] = _take(_join(pieces), sort)
         del pieces, arrays, like
-        release()  # (the pieces' heap pages back to the system before the next column is made)
-    cols["collective"] = pd.Categorical.from_codes(np.full(n, -1, dtype=np.int8), categories=pd.Index([], dtype=str))
-    cols["root"] = pd.array(np.asarray(cols["root"], dtype=np.float64), dtype="Int64")  # NaN -> <NA>
-    cols.setdefault("wrong", np.full(n, np.nan))
-    front = [c for c in FRAME_COLUMNS if c in cols]
-    order = [*front, *(c for c in cols if c not in front and c != "line"), "line"]
-    # copy=False: one block per column, as built, rather than a copy of them all into blocks
-    # by dtype (tens of MB of fresh pages for a long log)
-    return pd.DataFrame({c: cols.pop(c) for c in order}, copy=False)
+        if trim:
+            release()  # (the pieces' heap pages back to the system before the next column is made)
+    return cols
+
+
+def _nullable_ints(values: Column) -> Column:
+    """A column of whole numbers that may be missing (NaN) as pandas' Int64; an int64 column
+    (every row has it) becomes one without a copy."""
+    if isinstance(values, np.ndarray) and values.dtype == np.int64:
+        return pd.arrays.IntegerArray(values, np.zeros(len(values), dtype=bool))
+    return pd.array(np.asarray(values, dtype=np.float64), dtype="Int64")  # NaN -> <NA>
 
 
 def _file_order(parts: list[dict[str, Column]]) -> np.ndarray | None:
