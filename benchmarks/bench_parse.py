@@ -444,6 +444,7 @@ def main() -> None:
 
 def main_memory(args: argparse.Namespace) -> None:
     rng = random.Random(args.seed)
+    where = machine()
     with tempfile.TemporaryDirectory(prefix="bench-parse-") as tmp:
         rows = measure_memory(int(args.memory_gb * 1e9), Path(tmp), args.before, rng)
         sparse = measure_sparse(Path(tmp), args.before)
@@ -455,7 +456,7 @@ def main_memory(args: argparse.Namespace) -> None:
     ]
     body = (
         "## Parse memory on 1 GB logs (`benchmarks/bench_parse.py --memory`)\n\n"
-        f"Machine: {machine()}; load average {end_load:.1f} at the end.\n"
+        f"Machine: {where}; load average {end_load:.1f} at the end.\n"
         "Each log file is parsed by `parse_file` in a fresh process (peak RSS = VmHWM, Python, pandas and "
         "pyarrow included; 'peak - RSS before' leaves out what the imports hold), and its rows, written as "
         "CSV, are read by `pandas.read_csv` in a fresh process; twice each, alternated (best time, highest "
