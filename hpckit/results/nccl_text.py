@@ -46,7 +46,6 @@ class NcclReader:
     def feed(self, text: str, first_line: int, lines: int | None = None) -> None:
         scan_chunk(self.sc, text, first_line, lines)
         self._parse_pending(plain(text))
-        release()  # (this chunk's scratch memory back to the system: it sits between the kept parts)
 
     def finish(self) -> ParseResult:
         sc = self.sc
