@@ -460,7 +460,7 @@ def main_memory(args: argparse.Namespace) -> None:
         "Each log file is parsed by `parse_file` in a fresh process (peak RSS = VmHWM, Python, pandas and "
         "pyarrow included; 'peak - RSS before' leaves out what the imports hold), and its rows, written as "
         "CSV, are read by `pandas.read_csv` in a fresh process; twice each, alternated (best time, highest "
-        "peak); 'before' is the code on main before this change, once. Target: peak RSS <= 2x the file size, "
+        f"peak).{BEFORE if args.before is not None else ''} Target: peak RSS <= 2x the file size, "
         "MB/s ratio (parser MB/s on the log / read_csv MB/s on the CSV) >= 0.5.\n\n"
         f"{memory_table(rows, args.before is not None)}\n\n" + "\n".join(lines) + "\n\n" + MEMORY_NOTES
     )
@@ -469,6 +469,7 @@ def main_memory(args: argparse.Namespace) -> None:
         record("parse-memory", body)
 
 
+BEFORE = " The 'before' columns: the code in --before (older hpckit), once."
 MEMORY_NOTES = """How: `parse_file` reads the file 16 MiB at a time, cut after a line end, and each parser takes
 a chunk at a time (nccl-tests: the scan state carries over, each chunk's rows become columns at
 once and its text is dropped; NeMo: each chunk's step lines become a frame); the frame is built
