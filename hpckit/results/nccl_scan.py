@@ -96,6 +96,7 @@ class Run:
     info: dict[str, Value] = field(default_factory=dict)
     device_lines: list[str] = field(default_factory=list)
     schema: Schema | None = None
+    assumed: Schema | None = None  # the layout read from the width of a row before any header
     chunks: list[Chunk] = field(default_factory=list)  # rows not yet parsed
     nrows: int = 0
     finished: bool = False

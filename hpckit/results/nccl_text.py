@@ -49,6 +49,8 @@ class NcclReader:
 
     def finish(self) -> ParseResult:
         sc = self.sc
+        for run in sc.runs:
+            run.schema = run.schema or run.assumed
         _cut_last_line(sc, self.bad)
         if not any(r.nrows for r in sc.runs):
             return _no_rows(self.kind, sc)
@@ -127,8 +129,13 @@ def _no_rows(kind: str, sc: Scan) -> ParseResult:
 
 
 def _schema_of(sc: Scan, run: Run) -> Schema:
+    """The run's layout: its header's, or, for rows before any header, the known layout of their
+    width.  (That one is kept apart from the header's until the end, so that the scan of the lines
+    after does not depend on where the chunks were cut.)"""
     if run.schema is not None:
         return run.schema
+    if run.assumed is not None:
+        return run.assumed
     first_row = run.chunks[0].text.split("\n", 1)[0]
     width = len(first_row.split())
     schema = default_schema(width)
@@ -139,7 +146,7 @@ def _schema_of(sc: Scan, run: Run) -> Schema:
             excerpt(first_row),
             f"result row before any column header, and {width} fields match no known nccl-tests layout",
         )
-    run.schema = schema
+    run.assumed = schema
     sc.warnings.append(
         f"line {run.chunks[0].first_line}: no column header before the rows; assumed the {width}-field layout"
     )
