@@ -22,14 +22,16 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol
 
 from hpckit.bench.expect import gbps
 
 ProbeKind = Literal["single", "all", "group", "pair", "rail"]  # all: a partition's every node (verify)
-# A probe below this fraction of its reference is slow (where the hardware table has no figure).
-DEFAULT_RATIO = 0.5
+# A probe below this fraction of its reference is slow (where the hardware table has no figure). On CPU
+# nodes that share cores, healthy probes were seen 2.6x apart (lab, 8 nodes on 2 cores); a throttled
+# link is 30-100x down, a NIC at half speed 2x: the table's figures (GPU nodes) judge those.
+DEFAULT_RATIO = 0.25
 
 
 @dataclass(frozen=True)
@@ -208,7 +210,13 @@ class Search:
         self._reference = reference
         if len(nodes) < 2:
             return
-        pending = [tuple(nodes)] if len(nodes) == 2 else halves(nodes)
+        if len(nodes) == 3:
+            self._triangle(tuple(nodes), partition)
+            return
+        if len(nodes) == 2:
+            self._two(tuple(nodes), partition)
+            return
+        pending = halves(nodes)
         slow_groups: list[tuple[str, ...]] = []
         while pending:
             probes, held = self._schedule(pending, partition)
@@ -228,6 +236,47 @@ class Search:
                     f"{','.join(group)} tested slow together, but each part was fast with other nodes: "
                     "the slowness lies between them, or it passed; no node named for it"
                 )
+
+    def _two(self, nodes: tuple[str, ...], partition: str | None) -> None:
+        """Two nodes: one job, and no third node to tell which of them is slow."""
+        judged = self._round("pairs", [Probe("group", nodes, nodes, None, partition)], self._judge_fabric)[0]
+        m = judged.measurement
+        if judged.slow:
+            self.report.notes.append(f"{' and '.join(nodes)} are slow together; a third node would tell which")
+            self.report.complete = False
+        elif m.expected_low is None and m.history_median is None and self._reference == m.busbw:
+            self.report.notes.append(
+                f"{' and '.join(nodes)}: {gbps(m.busbw)} GB/s, with nothing to judge it by (no table figure, no "
+                "history, no third node)"
+            )
+            self.report.complete = False
+        else:
+            self.fast.update(nodes)
+
+    def _triangle(self, nodes: tuple[str, ...], partition: str | None) -> None:
+        """Three nodes: halves would be a pair and a node with no partner yet, and one pair alone has nothing
+        to be compared with. The three pairs (one round each: they share nodes) are also the fewest jobs."""
+        a, b, c = nodes
+        measured: list[Measurement] = []
+
+        def later(ms: list[Measurement]) -> list[Judged]:  # judged once all three are in
+            measured.extend(ms)
+            return []
+
+        for pair in ((a, b), (b, c), (a, c)):
+            self._round("pairs", [Probe("pair", pair, pair, None, partition)], later)
+        judged = self._judge_fabric(measured)
+        self.report.rounds[-3:] = [
+            replace(r, judged=(j,)) for r, j in zip(self.report.rounds[-3:], judged, strict=True)
+        ]
+        slow_pairs = [set(j.measurement.probe.nodes) for j in judged if j.slow]
+        for j in judged:
+            if not j.slow:
+                self.fast.update(j.measurement.probe.nodes)
+        for node in nodes:
+            if sum(node in pair for pair in slow_pairs) == 2:
+                why = next(j.why for j in judged if j.slow and node in j.measurement.probe.nodes)
+                self.report.slow_nodes[node] = f"fabric: {why}"
 
     def _schedule(
         self, pending: Sequence[tuple[str, ...]], partition: str | None

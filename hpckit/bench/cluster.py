@@ -30,10 +30,10 @@ class ClusterFacts:
     gpu: str | None = None  # hardware table key
     ib_hcas: int = 0
     ib_rate_gbps: float = 0.0
-    hca_names: tuple[str, ...] = ()  # the declared HCAs (mlx5_0 ...): the rails the bisect tests one by one
-    nodes: tuple[str, ...] = ()  # the partition's nodes, as declared
     shared_mount: str | None = None
     lab: bool = False  # the lab's GPUs are character devices: torch cannot use them
+    hca_names: tuple[str, ...] = ()  # the declared HCAs (mlx5_0 ...): the rails the bisect tests one by one
+    nodes: tuple[str, ...] = ()  # the partition's nodes, as declared
 
     @property
     def usable_gpus_per_node(self) -> int:

@@ -109,7 +109,7 @@ class RunOptions:
 @dataclass(frozen=True)
 class BisectOptions:
     nodes: int | None = option("--nodes", "-N", type=click.IntRange(min=2), help="the partition's first N usable")
-    nodelist: str | None = option("--nodelist", "-w", help="these nodes (node[1-8])")
+    nodelist: str | None = option("--nodelist", help="these nodes (node[1-8])")
     ratio: float = option(
         "--ratio",
         type=click.FloatRange(0, 1, min_open=True, max_open=True),
@@ -367,22 +367,24 @@ def verify_cmd(blueprint: Path, timeout: float, partitions: tuple[str, ...], as_
     from hpckit.blueprint import load_blueprint
 
     bp = load_blueprint(blueprint, ())
-    outcome = run_verify(bp, timeout, partitions, quiet=quiet or as_json)
+    outcome = run_verify(bp, timeout, partitions, progress=not quiet, evidence=not as_json)
     if as_json:
         click.echo(json.dumps(outcome))
     sys.exit(0 if outcome["status"] == "passed" else 1)
 
 
-def run_verify(bp: Any, timeout: float, partitions: tuple[str, ...] = (), *, quiet: bool = False) -> dict[str, Any]:
+def run_verify(
+    bp: Any, timeout: float, partitions: tuple[str, ...] = (), *, progress: bool = True, evidence: bool = True
+) -> dict[str, Any]:
     """Verify a deployed blueprint's cluster; its JSON form (what `deploy --verify` records)."""
     from hpckit.bench.verify import VerifyOptions, verify_cluster
 
     transport = transport_for(bp.cluster_name)
     warn: Callable[[str], None] = lambda text: click.echo(f"hpckit: warning: {text}", err=True)  # noqa: E731
     result = verify_cluster(
-        bp, transport, VerifyOptions(timeout, partitions=partitions), _progress if not quiet else lambda _: None, warn
+        bp, transport, VerifyOptions(timeout, partitions=partitions), _progress if progress else lambda _: None, warn
     )
-    if not quiet:
+    if evidence:
         print_report(result.search)
         click.echo(f"verify {result.status} in {result.seconds:.0f} s")
     for failure in result.failures:
