@@ -30,7 +30,7 @@ def judge_job(req: BenchRequest, ctx: Context, job_id: str) -> BenchResult:
     output = ctx.jobs.read_file(path)
     if output is None:
         raise InputError(f"job {job_id}: cannot read its output {path} on {ctx.transport.where}")
-    parsed = parse_output(output, path, req.bench.op)
+    parsed = parse_output(output, path, None)  # what the log says it ran, checked against the command below
     if parsed is None or parsed.frame.empty:
         if not record.ok:
             return judge_output(req, ctx, _unknown_plan(req, bench_dir, record), record, lost, output, path)

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from hpckit.errors import HpckitError
 from hpckit.slurm.client import SlurmClient
 from hpckit.slurm.jobparse import FINISHED_QUEUE_STATES, JobRecord
 from hpckit.slurm.jobs import JobError, JobOutcome, Jobs, JobWaitTimeout, poll_intervals
@@ -184,10 +185,13 @@ class Follower:
         return "" if reason in ("", "None") else reason
 
     def _check(self, job_id: str, output_path: str, start: float) -> tuple[str, ...]:
-        if not self._nodes:
-            info = self.jobs.backend.info(job_id)
-            self._nodes = info.record.nodes if info is not None else ()
-        lost_nodes = lost(self.slurm.nodes(), self._nodes)
+        try:
+            if not self._nodes:
+                info = self.jobs.backend.info(job_id)
+                self._nodes = info.record.nodes if info is not None else ()
+            lost_nodes = lost(self.slurm.nodes(), self._nodes)
+        except (JobError, TransportError, HpckitError):
+            return ()  # the controller went away between two questions: the next poll says so
         row = last_row(self.jobs.read_file(output_path, tail_lines=TAIL_LINES))
         last = self._last
         if row is None and last is not None and last.size_bytes is not None:

@@ -272,7 +272,7 @@ def judge_output(
     return _analyse(req, ctx, p, job_id, parsed, output, output_path, wrong)
 
 
-def parse_output(output: str, source: str, op: str) -> ParseResult | None:
+def parse_output(output: str, source: str, op: str | None) -> ParseResult | None:
     try:
         return parse_text(output, "nccl-tests", source, op)
     except ParseError:
