@@ -349,3 +349,36 @@ def test_verify_search_judges_the_partition_against_its_history() -> None:
     assert together.slow and "of this cluster's history (0.25 GB/s)" in together.why
     search.fabric(passed, reference=together.measurement.history_median)
     assert list(search.report.slow_nodes) == ["node2"]
+
+
+@pytest.mark.parametrize("slow", ["", "gpu006"])
+def test_verify_an_h100_cluster_against_the_table(slow: str, repo: Path, tmp_path: Path) -> None:
+    """Every node alone (NVLink figure), then the partition together (8x NDR); a slow node is then searched for."""
+    from hpckit.bench.verify import VerifyOptions, verify_cluster
+    from hpckit.blueprint.loader import load_blueprint
+
+    bp = load_blueprint(repo / "blueprints" / "h100-ib.yaml")
+    slurm = FabricSlurm(slow, "")
+
+    def make(facts: ClusterFacts) -> Context:
+        ctx = gpu_context(slurm, tmp_path)
+        ctx.facts = facts
+        return ctx
+
+    result = verify_cluster(bp, slurm, VerifyOptions(bench_dir=str(tmp_path)), make_context=make)
+    kinds = [r.kind for r in result.search.rounds]
+    together = result.partitions["gpu"]
+    assert together is not None and len(together.measurement.probe.nodes) == 16
+    if not slow:
+        assert result.status == "passed" and result.failures == [] and kinds == ["single", "all"]
+        assert "meets the expected 370.00 GB/s" in together.why
+        return
+    assert (
+        result.status == "failed"
+        and together.slow
+        and kinds == ["single", "all", "halves", "halves", "halves", "pairs"]
+    )
+    assert result.failures == [f"gpu006: {result.search.slow_nodes['gpu006']}"]
+    assert result.search.slow_nodes["gpu006"].startswith("fabric: 90.00 GB/s on gpu006,")
+    data = result.to_json()
+    assert data["status"] == "failed" and data["slow_nodes"][0]["node"] == "gpu006"  # type: ignore[index]

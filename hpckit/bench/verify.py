@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from hpckit.bench.bisect import DEFAULT_RATIO, Judged, Report, Search
-from hpckit.bench.cluster import facts_from_blueprint
+from hpckit.bench.cluster import ClusterFacts, facts_from_blueprint
 from hpckit.bench.expect import gbps
 from hpckit.bench.follow import Progress
 from hpckit.bench.probes import JobRunner, OutOfTime
 from hpckit.bench.registry import get
 from hpckit.bench.run import BenchRequest, Context
 from hpckit.blueprint.models import Blueprint
+from hpckit.errors import InputError
 from hpckit.slurm.transport import Transport
 
 Status = Literal["passed", "failed", "incomplete"]
@@ -77,12 +78,14 @@ def verify_cluster(
     options: VerifyOptions = VerifyOptions(),
     report: Callable[[Progress], None] = lambda _: None,
     warn: Callable[[str], None] = lambda _: None,
+    make_context: Callable[[ClusterFacts], Context] | None = None,
 ) -> VerifyReport:
     start = time.monotonic()
     parts = [p for p in bp.partitions if not options.partitions or p.name in options.partitions]
-    contexts: dict[str | None, Context] = {
-        p.name: Context(transport, facts_from_blueprint(bp, p.name), report, warn) for p in parts
-    }
+    if not parts:
+        raise InputError(f"{bp.name} has no partition {', '.join(options.partitions)} to verify")
+    make = make_context or (lambda facts: Context(transport, facts, report, warn))
+    contexts: dict[str | None, Context] = {p.name: make(facts_from_blueprint(bp, p.name)) for p in parts}
     contexts[None] = contexts[parts[0].name]
     base = BenchRequest(
         get("allreduce"),
