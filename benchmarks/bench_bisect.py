@@ -31,6 +31,7 @@ RATE = "50mbit"
 
 def lab(n: int, tmp: Path) -> tuple[str, Path, Path]:
     name, net, bridge = f"hbb{n}", f"10.77.{172 + (4, 8, 16).index(n)}", f"hb{172 + (4, 8, 16).index(n)}"
+    tmp.mkdir(parents=True, exist_ok=True)
     path = lab_blueprint(tmp, name, net, bridge)
     path.write_text(path.read_text().replace("node[1-4]", f"node[1-{n}]").replace(".[21-24]", f".[21-{20 + n}]"))
     return name, path, tmp / "state"
