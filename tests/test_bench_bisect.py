@@ -375,3 +375,18 @@ def test_verify_an_h100_cluster_against_the_table(slow: str, repo: Path, tmp_pat
     assert result.search.slow_nodes["gpu006"].startswith("fabric: 90.00 GB/s on gpu006,")
     data = result.to_json()
     assert data["status"] == "failed" and data["slow_nodes"][0]["node"] == "gpu006"  # type: ignore[index]
+
+
+def test_out_of_time_keeps_the_evidence_so_far() -> None:
+    from hpckit.bench.bisect import OutOfTime
+
+    class Slow(Fabric):
+        def __call__(self, probes: Sequence[Probe]) -> list[Measurement]:
+            if any(p.kind == "pair" for p in probes):
+                raise OutOfTime("out of time: job 12 still RUNNING after 600 s; cancelled it")
+            return super().__call__(probes)
+
+    fab = fabric(8, ["node6"], noise=0)
+    report = bisect(nodes(8), Slow(fab.inode, fab.link))
+    assert not report.complete and report.slow_nodes == {} and len(report.rounds) == 3
+    assert report.notes == ["out of time: job 12 still RUNNING after 600 s; cancelled it"]

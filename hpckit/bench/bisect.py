@@ -26,12 +26,17 @@ from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol
 
 from hpckit.bench.expect import gbps
+from hpckit.errors import HpckitError
 
 ProbeKind = Literal["single", "all", "group", "pair", "rail"]  # all: a partition's every node (verify)
 # A probe below this fraction of its reference is slow (where the hardware table has no figure). On CPU
 # nodes that share cores, healthy probes were seen 2.6x apart (lab, 8 nodes on 2 cores); a throttled
 # link is 30-100x down, a NIC at half speed 2x: the table's figures (GPU nodes) judge those.
 DEFAULT_RATIO = 0.25
+
+
+class OutOfTime(HpckitError):
+    """The search's time box ran out (the runner cancelled the jobs still running)."""
 
 
 @dataclass(frozen=True)
@@ -380,7 +385,11 @@ def bisect(
 ) -> Report:
     """Single-node tests, then halves and pairs, then rails: the slow nodes and rails, with the evidence."""
     search = Search(runner, ratio, clock)
-    passed = search.singles(nodes, partition) if singles else list(nodes)
-    search.fabric(passed, partition)
-    search.rails(hcas, partition)
+    try:
+        passed = search.singles(nodes, partition) if singles else list(nodes)
+        search.fabric(passed, partition)
+        search.rails(hcas, partition)
+    except OutOfTime as exc:
+        search.report.notes.append(str(exc))
+        search.report.complete = False
     return search.report

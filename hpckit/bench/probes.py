@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from hpckit.bench.bisect import Measurement, Probe
+from hpckit.bench.bisect import Measurement, OutOfTime, Probe
 from hpckit.bench.run import BenchJobFailed, BenchRequest, BenchResult, Context, Started, finish_bench, start_bench
 from hpckit.slurm.jobs import JobError, JobWaitTimeout
 
@@ -17,10 +17,6 @@ GPU_PROBE_SIZES = ("1G", "4G")
 CPU_PROBE_SIZES = ("1M", "1M")
 # Ranks per node of a single-node probe on CPU nodes: one alone has no bus bandwidth (2(n-1)/n = 0).
 CPU_SINGLE_RANKS = 2
-
-
-class OutOfTime(JobError):
-    """The time box ran out: the jobs still running were cancelled."""
 
 
 @dataclass

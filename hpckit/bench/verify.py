@@ -14,11 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from hpckit.bench.bisect import DEFAULT_RATIO, Judged, Report, Search
+from hpckit.bench.bisect import DEFAULT_RATIO, Judged, OutOfTime, Report, Search
 from hpckit.bench.cluster import ClusterFacts, facts_from_blueprint
 from hpckit.bench.expect import gbps
 from hpckit.bench.follow import Progress
-from hpckit.bench.probes import JobRunner, OutOfTime
+from hpckit.bench.probes import JobRunner
 from hpckit.bench.registry import get
 from hpckit.bench.run import BenchRequest, Context
 from hpckit.blueprint.models import Blueprint

@@ -339,7 +339,7 @@ def print_report(report: Report) -> None:
             click.echo(f"  {mark} job {m.job_id or '-':>8}  {m.probe.describe():<30} {gbps(m.busbw):>8} GB/s  {j.why}")
     for note in report.notes:
         click.echo(f"note: {note}")
-    pairs = f"an all-pairs test would run {report.jobs and _pairs(report)} jobs"
+    pairs = f"an all-pairs test would run {_pairs(report)} jobs"
     click.echo(f"{report.jobs} jobs in {len(report.rounds)} rounds, {report.seconds:.0f} s ({pairs})")
     if not report.slow_nodes:
         click.echo("slow nodes: none" + ("" if report.complete else " found, but the search did not finish"))
