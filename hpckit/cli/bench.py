@@ -31,6 +31,9 @@ if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 T = TypeVar("T", bound="DataclassInstance")
+# (warmup, timed) iterations per size: a benchmark run's, and a bisect probe's (a figure, quickly)
+RUN_ITERS = (5, 20)
+PROBE_ITERS = (2, 5)
 FC = TypeVar("FC", bound=Callable[..., Any])
 
 
@@ -68,8 +71,18 @@ class JobOptions:
     backend: str = option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True)
     min_bytes: str | None = option("--min-bytes", "-b", help="smallest size (1K, 8 ...)")
     max_bytes: str | None = option("--max-bytes", "-e", help="largest size (8G ...)")
-    warmup: int = option("--warmup", "-w", type=click.IntRange(min=0), default=5, show_default=True)
-    iters: int = option("--iters", "-n", type=click.IntRange(min=1), default=20, show_default=True)
+    warmup: int | None = option(
+        "--warmup",
+        "-w",
+        type=click.IntRange(min=0),
+        help=f"warmup iterations per size (default {RUN_ITERS[0]}; bisect {PROBE_ITERS[0]})",
+    )
+    iters: int | None = option(
+        "--iters",
+        "-n",
+        type=click.IntRange(min=1),
+        help=f"timed iterations per size (default {RUN_ITERS[1]}; bisect {PROBE_ITERS[1]})",
+    )
     env: tuple[str, ...] = option("--env", multiple=True, metavar="NAME=VALUE", help="setting for every task")
     cluster: str | None = option(
         "--cluster",
@@ -144,6 +157,8 @@ def _command(bench: Benchmark) -> click.Command:
 
 
 def request(bench: Benchmark, nodes: int, j: JobOptions, r: RunOptions | None = None) -> BenchRequest:
+    """The job a command asked for; without `r` (the bisect) short probes: a figure, not a full sweep."""
+    warmup, iters = RUN_ITERS if r else PROBE_ITERS
     return BenchRequest(
         bench=bench,
         nodes=nodes,
@@ -153,8 +168,8 @@ def request(bench: Benchmark, nodes: int, j: JobOptions, r: RunOptions | None = 
         min_bytes=j.min_bytes,
         max_bytes=j.max_bytes,
         factor=r.factor if r else 2,
-        warmup=j.warmup,
-        iters=j.iters,
+        warmup=warmup if j.warmup is None else j.warmup,
+        iters=iters if j.iters is None else j.iters,
         check=not r.no_check if r else True,
         expect=r.expect if r else None,
         env=j.env,
