@@ -33,6 +33,8 @@ def summary(result: BenchResult, files: dict[str, str] | None = None) -> dict[st
         "hosts": result.hosts,
         "gpu": result.gpu_name,
         "peak_busbw_gbps": result.peak_busbw,
+        "peak_basis": result.peak_basis,
+        "peak_size_bytes": peak_row_size(result),
         "avg_busbw_gbps": result.avg_busbw,
         "wrong": result.wrong,
         "settings": result.settings,
