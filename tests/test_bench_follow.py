@@ -13,7 +13,7 @@ import pytest
 from hpckit.bench.cluster import ClusterFacts
 from hpckit.bench.existing import judge_job
 from hpckit.bench.follow import CONTROLLER_OUTAGE_S, Follower, Progress
-from hpckit.bench.output import table_text
+from hpckit.bench.output import summary, table_text
 from hpckit.bench.registry import get
 from hpckit.bench.run import BenchRequest
 from hpckit.cli import bench as cli_bench
@@ -172,6 +172,8 @@ def test_the_peak_reads_the_same_in_the_table_the_peak_line_and_the_verdict(tmp_
     # 8 GiB out-of-place is the best at >= 1 GiB (the in-place 337.35 is not)
     assert len(marked) == 1 and marked[0].split()[:2] == ["8", "GiB"] and " 338.82 " in marked[0]
     assert result.peak_basis == "best at sizes >= 1 GiB"
+    data = summary(result)
+    assert data["peak_busbw_gbps"] == pytest.approx(338.82) and data["peak_size_bytes"] == 8 << 30
     assert result.verdict.message.startswith("peak 338.82 GB/s is below the expected 370.00-390.00 GB/s")
 
 
