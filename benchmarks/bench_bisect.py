@@ -44,6 +44,7 @@ def bisect(name: str, n: int, state: Path) -> tuple[float, dict[str, Any]]:
     if not done.stdout.strip():
         raise SystemExit(f"bisect failed:\n{done.stderr}")
     report: dict[str, Any] = json.loads(done.stdout)
+    print(json.dumps(report), flush=True)  # the evidence, round by round, for the log
     return took, report
 
 

@@ -43,7 +43,7 @@ class Fabric:
     inode: dict[str, float]
     link: dict[str, float]
     fails: frozenset[str] = frozenset()
-    noise: float = 0.0  # +- this fraction, uniformly
+    noise: float = 0.0  # each figure times up to 1+noise or divided by up to 1+noise (log-uniform)
     seed: int = 0
     figure: float | None = None  # the table's lowest acceptable busbw, when it has one
     probes: list[Probe] = field(default_factory=list)
@@ -60,7 +60,7 @@ class Fabric:
                 out.append(Measurement(p, None, str(len(self.probes)), error="exit code 1"))
                 continue
             speed = self.inode[p.nodes[0]] if p.kind == "single" else min(self.link[n] for n in p.nodes)
-            speed *= 1 + self.rng.uniform(-self.noise, self.noise)
+            speed *= math.exp(self.rng.uniform(-1, 1) * math.log1p(self.noise))
             out.append(Measurement(p, speed, str(len(self.probes)), self.figure))
         return out
 
@@ -69,7 +69,8 @@ def nodes(n: int) -> list[str]:
     return [f"node{i}" for i in range(1, n + 1)]
 
 
-def fabric(n: int, slow: Sequence[str] = (), noise: float = 0.3, seed: int = 0, **kw: object) -> Fabric:
+def fabric(n: int, slow: Sequence[str] = (), noise: float = 1.0, seed: int = 0, **kw: object) -> Fabric:
+    """Healthy figures up to 4x apart (0.5x-2x), as on lab nodes sharing a busy box; a slow link 1/40."""
     link = {x: (0.006 if x in slow else 0.25) for x in nodes(n)}  # the lab: 50 Mbit/s tbf vs ~2 Gbit/s
     return Fabric({x: 0.3 for x in nodes(n)}, link, noise=noise, seed=seed, **kw)  # type: ignore[arg-type]
 
@@ -81,7 +82,7 @@ def fabric_jobs(report: Report) -> int:
 @pytest.mark.parametrize("n", [3, 4, 5, 7, 8, 16, 33])
 def test_one_slow_node_is_named_in_log2_rounds_wherever_it_is(n: int) -> None:
     for victim in nodes(n) if n <= 8 else nodes(n)[:: max(n // 5, 1)]:
-        for seed in range(3):
+        for seed in range(5):
             report = bisect(nodes(n), fabric(n, [victim], seed=seed))
             assert list(report.slow_nodes) == [victim], (victim, seed, report.to_json())
             assert report.slow_nodes[victim].startswith("fabric: ") and report.complete
@@ -113,7 +114,7 @@ def test_every_round_is_kept_as_evidence() -> None:
     pairs = report.rounds[3].judged
     assert pairs[0].measurement.probe.nodes == ("node5", "node1") and not pairs[0].slow
     assert pairs[1].measurement.probe.nodes == ("node6", "node2") and pairs[1].slow
-    assert "2% of the best multi-node test (0.25 GB/s)" in report.slow_nodes["node6"]
+    assert "2% of the fast multi-node tests (0.25 GB/s)" in report.slow_nodes["node6"]
     data = report.to_json()
     assert data["jobs"] == 14 and data["all_pairs_jobs"] == 28
     assert data["slow_nodes"] == [{"node": "node6", "why": report.slow_nodes["node6"], "rails": []}]
@@ -126,7 +127,7 @@ def test_two_slow_nodes_in_one_half_are_both_named() -> None:
 
 def test_with_a_table_figure_slow_nodes_in_both_halves_are_named() -> None:
     """The table judges each probe on its own: nothing depends on one half being fast."""
-    report = bisect(nodes(8), fabric(8, ["node2", "node7"], figure=0.2, noise=0.1))
+    report = bisect(nodes(8), fabric(8, ["node2", "node7"], figure=0.2, noise=0.2))
     assert sorted(report.slow_nodes) == ["node2", "node7"]
 
 

@@ -12,8 +12,9 @@ probes of one round run at the same time on disjoint nodes (a `Runner` runs them
 
 A probe is slow when it is below the figure the hardware table gives for its shape (NVLink alone, the
 fabric across nodes, one HCA for a rail) or, where there is no figure (CPU nodes, the torch backend),
-below `ratio` times a reference: the median of the single-node probes, the best multi-node probe seen so
-far (a ring collective's bus bandwidth does not depend on the node count), the best rail of that node.
+below `ratio` times a reference: the median of the single-node probes; the median of the fast multi-node
+probes so far (those within 1/ratio of the best: a ring collective's bus bandwidth does not depend on the
+node count, and one lucky probe must not make the others look slow); likewise among a node's rails.
 Without a figure the search needs one half of the nodes to be free of slow ones to learn what fast is.
 """
 
@@ -30,9 +31,9 @@ from hpckit.errors import HpckitError
 
 ProbeKind = Literal["single", "all", "group", "pair", "rail"]  # all: a partition's every node (verify)
 # A probe below this fraction of its reference is slow (where the hardware table has no figure). On CPU
-# nodes that share cores, healthy probes were seen 2.6x apart (lab, 8 nodes on 2 cores); a throttled
-# link is 30-100x down, a NIC at half speed 2x: the table's figures (GPU nodes) judge those.
-DEFAULT_RATIO = 0.25
+# nodes that share cores, healthy probes were seen up to 8x apart (lab nodes on a busy 2-core box); a
+# throttled link is 30-100x down. A NIC at half speed is 2x down: the table's figures (GPU nodes) judge that.
+DEFAULT_RATIO = 0.1
 
 
 class OutOfTime(HpckitError):
@@ -156,7 +157,7 @@ class Search:
     clock: Callable[[], float] = time.monotonic
     report: Report = field(default_factory=lambda: Report(()))
     fast: set[str] = field(default_factory=set)
-    _reference: float | None = None  # the best multi-node busbw of the current fabric search
+    _values: list[float] = field(default_factory=list)  # the current fabric search's multi-node figures
 
     def _round(
         self, kind: str, probes: Sequence[Probe], judge: Callable[[list[Measurement]], list[Judged]]
@@ -212,7 +213,7 @@ class Search:
     def fabric(self, nodes: Sequence[str], partition: str | None = None, reference: float | None = None) -> None:
         """Find the slow nodes among `nodes` (all passed their single-node test) by halving."""
         self._add_nodes(nodes)
-        self._reference = reference
+        self._values = [reference] if reference is not None else []
         if len(nodes) < 2:
             return
         if len(nodes) == 3:
@@ -249,7 +250,7 @@ class Search:
         if judged.slow:
             self.report.notes.append(f"{' and '.join(nodes)} are slow together; a third node would tell which")
             self.report.complete = False
-        elif m.expected_low is None and m.history_median is None and self._reference == m.busbw:
+        elif m.expected_low is None and m.history_median is None and self._values == [m.busbw]:
             self.report.notes.append(
                 f"{' and '.join(nodes)}: {gbps(m.busbw)} GB/s, with nothing to judge it by (no table figure, no "
                 "history, no third node)"
@@ -300,10 +301,16 @@ class Search:
         return probes, held
 
     def _judge_fabric(self, measured: Sequence[Measurement]) -> list[Judged]:
-        found = [m.busbw for m in measured if m.busbw is not None]
-        if found:
-            self._reference = max([*found, *([self._reference] if self._reference is not None else [])])
-        return [self._judge(m, self._reference, "the best multi-node test") for m in measured]
+        self._values += [m.busbw for m in measured if m.busbw is not None]
+        reference = self._fast_median(self._values)
+        return [self._judge(m, reference, "the fast multi-node tests") for m in measured]
+
+    def _fast_median(self, values: Sequence[float]) -> float | None:
+        """The median of the figures within 1/ratio of the best: what fast is, robust to one lucky figure."""
+        if not values:
+            return None
+        best = max(values)
+        return statistics.median(v for v in values if v >= self.ratio * best)
 
     def _next(self, judged: Sequence[Judged], slow_groups: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
         """Record what the round showed; the groups to test next (the halves of each slow group)."""
@@ -340,8 +347,8 @@ class Search:
 
     def _name_rails(self, node: str, judged: Sequence[Judged]) -> None:
         found = [j.measurement.busbw for j in judged if j.measurement.busbw is not None]
-        best = max(found) if found else None
-        slow = [j for j in judged if j.slow or self._judge(j.measurement, best, "its best rail").slow]
+        fast = self._fast_median(found)
+        slow = [j for j in judged if j.slow or self._judge(j.measurement, fast, "its fast rails").slow]
         if slow:
             self.report.slow_rails[node] = [str(j.measurement.probe.rail) for j in slow]
             detail = ", ".join(f"{j.measurement.probe.rail} {gbps(j.measurement.busbw)} GB/s" for j in slow)

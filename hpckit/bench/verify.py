@@ -37,7 +37,7 @@ class VerifyOptions:
     bench_dir: str | None = None
     python: str | None = None
     time_limit: str = "00:10:00"
-    iters: int = 5
+    iters: int = 10
     warmup: int = 2
 
 

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 T = TypeVar("T", bound="DataclassInstance")
 # (warmup, timed) iterations per size: a benchmark run's, and a bisect probe's (a figure, quickly)
 RUN_ITERS = (5, 20)
-PROBE_ITERS = (2, 5)
+PROBE_ITERS = (2, 10)
 FC = TypeVar("FC", bound=Callable[..., Any])
 
 
