@@ -306,7 +306,7 @@ def _bisect_nodes(ctx: Context, b: BisectOptions) -> list[str]:
     fleet = NodeOps(ctx.transport).fleet()
     part = ctx.facts.partition
     usable = [n for n, s in fleet.nodes.items() if s.usable and (part is None or part in fleet.partitions.get(n, ()))]
-    usable = [n for n in _declared_order(ctx.facts, usable)]
+    usable = _declared_order(ctx.facts, usable)
     wanted = b.nodes or len(usable)
     if len(usable) < max(wanted, 2):
         where = f"partition {part}" if part else "the cluster"
