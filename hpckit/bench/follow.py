@@ -122,11 +122,12 @@ class Follower:
         lost_nodes: tuple[str, ...] = ()
         down_since: float | None = None
         while True:
+            asked = self.clock()
             try:
                 state = self.jobs.backend.queue_state(job_id)
                 down_since = None
-            except (JobError, TransportError) as exc:
-                down_since = self.clock() if down_since is None else down_since
+            except (JobError, TransportError) as exc:  # squeue itself waits ~60 s for a controller that is gone
+                down_since = asked if down_since is None else down_since
                 state, final = "UNREACHABLE", self._ended_meanwhile(job_id, exc, down_since, start)
                 if final is not None:
                     return Followed(JobOutcome(final, output_path, None, self.clock() - start), lost_nodes, self._nodes)
