@@ -33,7 +33,11 @@ from hpckit.slurm.transport import CommandResult, LocalTransport
 
 DATA = Path(__file__).resolve().parent / "data" / "bench"
 H100_SWEEP = (DATA / "all_reduce-modern-2node-16gpu-h100-a3mega-full-sweep.txt").read_text()
-H100_PEAK = 338.82  # that sweep's best busbw at sizes >= 1 GiB
+# The probes ask for 1 GiB..4 GiB: the sweep's rows of those sizes are what such a job prints (its best
+# busbw there, 330.58 GB/s at 4 GiB, is what the fakes scale to the figure each probe should show).
+H100_PEAK = 330.58
+ROW = re.compile(r"^\s+(\d+)\s+\d+\s+float\s+sum\s+-1\s.*\n", re.M)
+H100_PROBE = ROW.sub(lambda m: m.group(0) if (1 << 30) <= int(m.group(1)) <= (4 << 30) else "", H100_SWEEP)
 
 
 @dataclass
@@ -221,11 +225,11 @@ class FabricSlurm:
     def output(self, job_id: str) -> str:
         nodes, rail = self.jobs[job_id]
         if len(nodes) == 1:
-            return scaled(H100_SWEEP, 476 / H100_PEAK)  # NVLink with NVLS: the table says ~475
+            return scaled(H100_PROBE, 476 / H100_PEAK)  # NVLink with NVLS: the table says ~475
         if rail is not None:  # one NDR HCA: the table's 46-49 GB/s
             good = 48.0 if not (self.slow_node in nodes and rail == self.slow_rail) else 12.0
-            return scaled(H100_SWEEP, good / H100_PEAK)
-        return scaled(H100_SWEEP, (90.0 if self.slow_node in nodes else 380.0) / H100_PEAK)
+            return scaled(H100_PROBE, good / H100_PEAK)
+        return scaled(H100_PROBE, (90.0 if self.slow_node in nodes else 380.0) / H100_PEAK)
 
     def record(self, job_id: str) -> JobRecord:
         return JobRecord(job_id, "COMPLETED", 0, 0, self.jobs[job_id][0], "sacct", batch_host=self.jobs[job_id][0][0])
