@@ -395,3 +395,24 @@ def test_out_of_time_keeps_the_evidence_so_far() -> None:
     report = bisect(nodes(8), Slow(fab.inode, fab.link))
     assert not report.complete and report.slow_nodes == {} and len(report.rounds) == 3
     assert report.notes == ["out of time: job 12 still RUNNING after 600 s; cancelled it"]
+
+
+def test_verify_searches_a_partition_well_below_its_history_though_not_below_the_ratio() -> None:
+    """One earlier figure is a noisy yardstick: at 12% of it (not below 10%) the halving search still runs,
+    and its side-by-side probes name the node."""
+    from hpckit.bench.verify import VerifyReport, _partition
+
+    fab = fabric(8, ["node6"], noise=0)
+
+    class History(Fabric):
+        def __call__(self, probes: Sequence[Probe]) -> list[Measurement]:
+            out = super().__call__(probes)
+            return [Measurement(m.probe, m.busbw, m.job_id, None, history_median=0.05) for m in out]
+
+    search = Search(History(fab.inode, fab.link))
+    result = VerifyReport(search.report)
+    _partition(search, result, "gpu", nodes(8))
+    together = result.partitions["gpu"]
+    assert together is not None and not together.slow  # 0.006 is 12% of 0.05
+    assert list(search.report.slow_nodes) == ["node6"] and result.failures == []
+    assert [r.kind for r in search.report.rounds] == ["all", "halves", "halves", "pairs"]

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from hpckit.bench.bisect import DEFAULT_RATIO, Judged, OutOfTime, Report, Search
+from hpckit.bench.bisect import DEFAULT_RATIO, Judged, Measurement, OutOfTime, Report, Search
 from hpckit.bench.cluster import ClusterFacts, facts_from_blueprint
 from hpckit.bench.expect import gbps
 from hpckit.bench.follow import Progress
@@ -27,6 +27,8 @@ from hpckit.slurm.transport import Transport
 
 Status = Literal["passed", "failed", "incomplete"]
 DEFAULT_TIMEOUT_S = 600.0
+# A partition's figure below this fraction of its history median starts the halving search.
+SUSPECT_RATIO = 0.5
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,14 @@ def verify_cluster(
     return result
 
 
+def _suspect(m: Measurement) -> bool:
+    """Well below this cluster's history, if not below the slow ratio: worth the halving search, which
+    compares probes that run side by side (one earlier figure is a noisy yardstick on shared CPU nodes)."""
+    if m.expected_low is not None or m.history_median is None or m.busbw is None:
+        return False
+    return m.busbw < SUSPECT_RATIO * m.history_median
+
+
 def _partition(search: Search, result: VerifyReport, name: str, nodes: list[str]) -> None:
     """All of the partition's passing nodes together; the halving search when that is low or unjudged."""
     if len(nodes) < 2:
@@ -123,7 +133,7 @@ def _partition(search: Search, result: VerifyReport, name: str, nodes: list[str]
     result.partitions[name] = together
     m = together.measurement
     judged_by_something = m.expected_low is not None or m.history_median is not None
-    if not together.slow and judged_by_something:
+    if not together.slow and judged_by_something and not _suspect(m):
         return
     before = set(search.report.slow_nodes)
     search.fabric(nodes, name, reference=m.history_median)
