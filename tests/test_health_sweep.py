@@ -357,10 +357,23 @@ def test_drift_flags_a_node_moving_away_from_its_own_history(tmp_path: Path) -> 
         )
     past = history.load_history(store)
     assert past["run_id"].nunique() == 5 and str(past["time"].dt.tz) == "UTC"
-    now = history.rows_frame(_rows(9, {"a": 0.0021, "b": 0.009}), "r9", 1.7e9 + 9)
+    now = history.rows_frame(_rows(9, {"a": 0.0021, "b": 0.09}), "r9", 1.7e9 + 9)
     drifting = history.drift(now, past)
     assert list(drifting["node"]) == ["b"] and drifting.loc[0, "change"] > 2
     assert history.drift(now, past.iloc[0:0]).empty
+
+
+def test_drift_has_an_absolute_floor_as_well_as_a_relative_one(tmp_path: Path) -> None:
+    """Millisecond noise (a munge round trip of 3 ms, now 10 ms: +234 %) is not drift."""
+    store = Store(tmp_path)
+    for run in range(5):
+        history.append_run(store, f"2026110{run}T000000Z", 1.7e9 + run, _rows(run, {"a": 0.003 + run * 1e-6}))
+    past = history.load_history(store)
+    noisy = history.rows_frame(_rows(9, {"a": 0.010}), "r9", 1.7e9 + 9)
+    assert history.drift(noisy, past).empty
+    assert list(history.drift(noisy, past, floor={})["node"]) == ["a"]  # the floor is what holds it
+    slow = history.rows_frame(_rows(9, {"a": 0.2}), "r9", 1.7e9 + 9)
+    assert list(history.drift(slow, past)["node"]) == ["a"]
 
 
 def test_drift_needs_enough_history() -> None:

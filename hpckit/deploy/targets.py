@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,7 +11,8 @@ from hpckit.blueprint.models import Blueprint, StaticProvider
 from hpckit.deploy.inventory import SshAccess, host_entries
 from hpckit.lab.blueprint import spec_from_blueprint
 from hpckit.lab.errors import LabError
-from hpckit.lab.provider import lab_status, lab_up, ssh_identity
+from hpckit.lab.node import PRIVATE_ROOTS
+from hpckit.lab.provider import lab_status, lab_up, ssh_identity, visible_in_nodes
 from hpckit.lab.spec import LabSpec
 from hpckit.paths import PACKAGE_DIR
 from hpckit.slurm.transport import SshTransport
@@ -27,17 +29,32 @@ class Target:
 
     def runtime_extravars(self) -> dict[str, str]:
         """What depends on this machine rather than the blueprint: lab nodes share its filesystem, so the
-        login node runs hpckit straight from the interpreter and source tree running this deploy."""
+        login node runs hpckit straight from the interpreter and source tree running this deploy, and the
+        sweep host checks nodes over SSH with the lab's own key."""
         if not self.lab:
             return {}
         return {
             "hpckit_install_mode": "shared",
             "hpckit_python": sys.executable,
             "hpckit_source": str(PACKAGE_DIR.parent),
+            "hpckit_health_probe_key": self.access.key_file or "",
+            "hpckit_health_probe_known_hosts": self.access.known_hosts or "",
         }
 
     def transport(self, host: str) -> SshTransport:
         return ssh_transport(self.access, self.addresses.get(host, host), host)
+
+
+def check_lab_can_run_hpckit() -> None:
+    """Lab nodes run hpckit from this machine's filesystem, but each has its own /tmp, /etc, /run ...:
+    an hpckit installed under one of those is invisible there. Refuse before Ansible starts, saying so."""
+    wanted = {"this Python environment": sys.prefix, "the hpckit package": str(PACKAGE_DIR)}
+    hidden = [f"{what} ({path})" for what, path in wanted.items() if not visible_in_nodes(os.path.realpath(path))]
+    if hidden:
+        raise LabError(
+            f"lab nodes cannot see {' or '.join(hidden)}: each node has its own {', '.join(PRIVATE_ROOTS)}. "
+            "Install hpckit elsewhere (e.g. python3 -m venv /opt/hpckit) and deploy from there"
+        )
 
 
 def ssh_transport(access: SshAccess, address: str, where: str) -> SshTransport:
@@ -66,6 +83,7 @@ def prepare_target(bp: Blueprint, *, bring_up_lab: bool = True) -> Target:
         ssh = bp.provider.ssh
         key = str(Path(ssh.key).expanduser()) if ssh.key else None
         return Target(bp.cluster_name, SshAccess(ssh.user, ssh.port, key), addresses, lab=False)
+    check_lab_can_run_hpckit()
     spec = spec_from_blueprint(bp)
     not_started = _not_running(spec)
     if bring_up_lab and not_started:

@@ -164,6 +164,11 @@ def _prepare_shared_dirs(spec: LabSpec, paths: LabPaths) -> None:
     state.save_mountpoints(paths, created)
 
 
+def visible_in_nodes(path: str) -> bool:
+    """Whether a path of this machine is the same path inside every node (not under a node-private root)."""
+    return not _under_private_root(path)
+
+
 def _under_private_root(path: str) -> bool:
     p = PurePosixPath(path)
     return any(p == PurePosixPath(r) or PurePosixPath(r) in p.parents for r in node.PRIVATE_ROOTS)
