@@ -16,7 +16,7 @@ from hpckit.deploy.events import Tracker
 from hpckit.deploy.inventory import host_entries
 from hpckit.deploy.join import SLURMD_LOG, JoinReport, wait_for_join
 from hpckit.deploy.playvars import build_vars
-from hpckit.deploy.record import RECORDED_CONFIGS, ClusterAccess, DeploymentRecord
+from hpckit.deploy.record import RECORDED_CONFIGS, ClusterAccess, DeploymentRecord, run_info
 from hpckit.deploy.runner import PlaybookRun, RunOutcome, ansible_version, run_playbook
 from hpckit.deploy.targets import Target, prepare_target
 from hpckit.errors import HpckitError
@@ -60,7 +60,9 @@ def deploy(bp: Blueprint, tracker: Tracker, sink: EventSink, opts: DeployOptions
     _timed(timings, "target", t0)
     record = DeploymentRecord.create(bp.cluster_name, opts.record_root)
     inventory, extravars = _playbook_vars(bp, target)
-    record.write_json("blueprint.json", bp.model_dump(mode="json"))
+    expanded = bp.model_dump(mode="json")
+    record.write_json("blueprint.json", expanded)
+    record.write_json("run.json", run_info(expanded))
     record.write_yaml("inventory.yml", inventory)
     record.write_yaml("extravars.yml", extravars)
     tracker.expect_hosts([e.name for e in host_entries(bp)])
@@ -194,9 +196,15 @@ def _finish_record(bp: Blueprint, target: Target, result: DeployResult) -> None:
             "rc": result.outcome.rc,
             "hosts": {h: t.as_dict() for h, t in tracker.hosts.items()},
             "failures": [str(f) for f in tracker.failures],
+            "restarts": [{"host": h, "what": w} for h, w in tracker.restarts],
             "join": None
             if result.join is None
-            else {"joined": result.join.joined, "missing": result.join.missing, "seconds": result.join.seconds},
+            else {
+                "joined": result.join.joined,
+                "missing": result.join.missing,
+                "held": result.join.held,
+                "seconds": result.join.seconds,
+            },
             "timings_s": result.timings,
         },
     )

@@ -14,6 +14,7 @@ from hpckit.lab.errors import LabError
 from hpckit.lab.node import PRIVATE_ROOTS
 from hpckit.lab.provider import lab_status, lab_up, ssh_identity, visible_in_nodes
 from hpckit.lab.spec import LabSpec
+from hpckit.lab.ssh import NODE_BIN
 from hpckit.paths import PACKAGE_DIR
 from hpckit.slurm.transport import SshTransport
 
@@ -37,6 +38,7 @@ class Target:
             "hpckit_install_mode": "shared",
             "hpckit_python": sys.executable,
             "hpckit_source": str(PACKAGE_DIR.parent),
+            "hpckit_login_bin": f"{NODE_BIN}/hpckit",  # node-private: never this machine's /usr/local/bin
             "hpckit_health_probe_key": self.access.key_file or "",
             "hpckit_health_probe_known_hosts": self.access.known_hosts or "",
         }
@@ -63,16 +65,18 @@ def ssh_transport(access: SshAccess, address: str, where: str) -> SshTransport:
     return SshTransport(address, access.user, access.port, key, known, where=where)
 
 
-def _not_running(spec: LabSpec) -> tuple[str, ...]:
-    """The spec's nodes whose machine does not run: all of them when the lab is down, the added ones when
-    the blueprint gained nodes. A node whose sshd is down counts as running: deploy reports it, it does not
-    heal it."""
+def _not_running(spec: LabSpec) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The spec's nodes whose machine does not run (all of them when the lab is down, the added ones when
+    the blueprint gained nodes), and the running machines the spec no longer has (removed from the
+    blueprint: `lab up` stops them, slurmd with them). A node whose sshd is down counts as running: deploy
+    reports it, it does not heal it."""
     try:
         status = lab_status(spec.cluster, spec.state_root)
     except LabError:
-        return tuple(n.name for n in spec.nodes)
+        return tuple(n.name for n in spec.nodes), ()
     up = {n.name for n in status.nodes if n.up}
-    return tuple(n.name for n in spec.nodes if n.name not in up)
+    wanted = {n.name for n in spec.nodes}
+    return tuple(n.name for n in spec.nodes if n.name not in up), tuple(sorted(up - wanted))
 
 
 def prepare_target(bp: Blueprint, *, bring_up_lab: bool = True) -> Target:
@@ -85,10 +89,10 @@ def prepare_target(bp: Blueprint, *, bring_up_lab: bool = True) -> Target:
         return Target(bp.cluster_name, SshAccess(ssh.user, ssh.port, key), addresses, lab=False)
     check_lab_can_run_hpckit()
     spec = spec_from_blueprint(bp)
-    not_started = _not_running(spec)
-    if bring_up_lab and not_started:
-        # lab_up starts only the missing machines; running ones (and their jobs) are left as they are,
-        # and every node's /etc/hosts and known hosts are rewritten to list the new ones.
+    not_started, removed = _not_running(spec)
+    if bring_up_lab and (not_started or removed):
+        # lab_up starts only the missing machines and stops the removed ones; running ones (and their
+        # jobs) are left as they are, and every node's /etc/hosts and known hosts are rewritten.
         lab_up(spec)
         not_started = ()
     ident = ssh_identity(spec.cluster, spec.state_root)

@@ -32,21 +32,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from hpckit.health.model import ABSENT, Row, Status
-from hpckit.slurm.parsers import NodeState
+from hpckit.slurm.parsers import NodeState, reason_by_slurm
 
 REASON_PREFIX = "hpckit:"
 REACH_CHECK = "health.reach"  # pseudo-check: could the node be checked at all (job ran, probe got through)
 UNREACHABLE = "unreachable"  # the fault word of a drain for a node that could not be checked
-# Reasons slurmctld writes itself when it takes a node out; a node hpckit saw failing that carries one of
-# these is hpckit's to bring back once it is healthy again.
-SLURM_REASONS = (
-    "Not responding",
-    "Kill task failed",
-    "Node unexpectedly rebooted",
-    "Prolog error",
-    "Epilog error",
-    "batch job complete failure",
-)
 
 
 @dataclass(frozen=True)
@@ -116,11 +106,6 @@ _DOWN = {"down", "fail", "failing"}
 _IN_SERVICE = {"idle", "mixed", "allocated", "completing", "planned", "reserved", "alloc", "mix", "comp", "resv"}
 
 
-def slurm_reason(reason: str) -> bool:
-    """Whether slurmctld itself wrote this reason (no person, no hpckit)."""
-    return any(reason.startswith(r) for r in SLURM_REASONS)
-
-
 def ownership(node: NodeState | None, claimed: bool = False) -> Ownership:
     """Whose the node's state is. A node that stopped answering slurmctld but is not yet marked down
     (``idle*``) is still in service: its own failing verdict (munge down is exactly such a node) gives a
@@ -130,7 +115,7 @@ def ownership(node: NodeState | None, claimed: bool = False) -> Ownership:
     if node is None:
         return Ownership.MISSING
     if node.state in _DRAINED or node.state in _DOWN:
-        if node.reason.startswith(REASON_PREFIX) or (claimed and slurm_reason(node.reason)):
+        if node.reason.startswith(REASON_PREFIX) or (claimed and reason_by_slurm(node.reason)):
             return Ownership.OURS
         return Ownership.FOREIGN if node.state in _DRAINED else Ownership.UNAVAILABLE
     return Ownership.IN_SERVICE if node.state in _IN_SERVICE else Ownership.UNAVAILABLE
