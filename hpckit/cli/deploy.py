@@ -56,6 +56,8 @@ def _print_summary(console: Console, result: DeployResult) -> None:
     console.print(tally_table(result.tracker, f"deploy {result.outcome.status}"))
     for failure in result.tracker.failures:
         console.print(f"[red]FAILED[/red] {failure}", highlight=False)
+    for note in result.tracker.notes:
+        console.print(f"note: {note}", highlight=False, markup=False)
     if result.outcome.status != "successful" and not result.tracker.failures:
         console.print(f"[red]Ansible stopped ({result.outcome.status}, rc {result.outcome.rc}):[/red]")
         console.print("\n".join(result.tracker.output_tail), highlight=False, markup=False)

@@ -56,7 +56,7 @@ def _options_argv(ctx: click.Context) -> list[str]:
             continue
         flag = max(param.opts, key=len)
         if param.is_flag:
-            argv.append(flag)
+            argv += [flag] if value is True else []
         else:
             for item in value if param.multiple else (value,):
                 argv += [flag, str(item)]

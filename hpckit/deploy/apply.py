@@ -16,7 +16,7 @@ from hpckit.deploy.events import Tracker
 from hpckit.deploy.inventory import host_entries
 from hpckit.deploy.join import SLURMD_LOG, JoinReport, wait_for_join
 from hpckit.deploy.playvars import build_vars
-from hpckit.deploy.record import RECORDED_CONFIGS, ClusterAccess, DeploymentRecord, run_info
+from hpckit.deploy.record import RECORDED_CONFIGS, ClusterAccess, DeploymentRecord, retired_hosts, run_info
 from hpckit.deploy.runner import PlaybookRun, RunOutcome, ansible_version, run_playbook
 from hpckit.deploy.targets import Target, prepare_target
 from hpckit.errors import HpckitError
@@ -58,8 +58,12 @@ def deploy(bp: Blueprint, tracker: Tracker, sink: EventSink, opts: DeployOptions
     t0 = time.monotonic()
     target = prepare_target(bp)
     _timed(timings, "target", t0)
+    retired = {} if target.lab else retired_hosts(bp, opts.record_root)
     record = DeploymentRecord.create(bp.cluster_name, opts.record_root)
     inventory, extravars = _playbook_vars(bp, target)
+    if retired:
+        inventory["all"]["children"]["slurm_retired"] = {"hosts": retired}
+        tracker.tolerate(retired)
     expanded = bp.model_dump(mode="json")
     record.write_json("blueprint.json", expanded)
     record.write_json("run.json", run_info(expanded))
@@ -197,6 +201,7 @@ def _finish_record(bp: Blueprint, target: Target, result: DeployResult) -> None:
             "hosts": {h: t.as_dict() for h, t in tracker.hosts.items()},
             "failures": [str(f) for f in tracker.failures],
             "restarts": [{"host": h, "what": w} for h, w in tracker.restarts],
+            "notes": tracker.notes,
             "join": None
             if result.join is None
             else {

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +56,12 @@ class Tracker:
     tasks_seen: int = 0
     current_play: str = ""
     output_tail: list[str] = field(default_factory=list)  # Ansible's own last lines, for errors outside tasks
+    tolerated: set[str] = field(default_factory=set)  # hosts whose failures are notes (nodes being retired)
+    notes: list[str] = field(default_factory=list)
+
+    def tolerate(self, names: Iterable[str]) -> None:
+        """Hosts on their way out (removed from the blueprint): their failures do not fail the run."""
+        self.tolerated.update(names)
 
     def expect_hosts(self, names: list[str]) -> None:
         for name in names:
@@ -81,10 +87,14 @@ class Tracker:
     def _result(self, kind: str, data: Mapping[str, Any]) -> None:
         if kind.startswith("runner_item_on_"):
             return  # a loop's items; the task's own event follows and is the one counted
-        tally = self._tally(data)
         res: Mapping[str, Any] = data.get("res") or {}
         task = str(data.get("task", ""))
         host = str(data.get("host", "?"))
+        if host in self.tolerated:
+            if kind in ("runner_on_failed", "runner_on_unreachable"):
+                self.notes.append(f"{host} (removed from the blueprint): {task}: {_message(res)}")
+            return
+        tally = self._tally(data)
         if kind == "runner_on_ok":
             tally.ok += 1
             if res.get("changed"):

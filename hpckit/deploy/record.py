@@ -116,6 +116,20 @@ def run_info(blueprint: Any, argv: list[str] | None = None) -> dict[str, Any]:
     }
 
 
+def retired_hosts(bp: Any, root: Path | None = None) -> dict[str, Any]:
+    """Compute hosts of the last recorded deploy that the blueprint no longer has (name -> their inventory
+    vars then): deploy stops their slurmd. A lab stops the whole machine of a removed node itself."""
+    path = (root or state_root()) / "clusters" / bp.cluster_name / "current" / "inventory.yml"
+    try:
+        inventory = yaml.safe_load(path.read_text())
+        partitions = inventory["all"]["children"]["slurm_compute"]["children"]
+        before = {h: v for part in partitions.values() for h, v in (part.get("hosts") or {}).items()}
+    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError):
+        return {}
+    now = {bp.controller.host, *(h.host for h in bp.login), *(host for _, host, _ in bp.compute_hosts())}
+    return {h: v for h, v in before.items() if h not in now}
+
+
 DESTROYED = "destroyed.json"
 
 
