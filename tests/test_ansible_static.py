@@ -320,6 +320,7 @@ def test_site_plays_come_in_the_order_the_cluster_needs() -> None:
     plays = _yaml(ANSIBLE / "site.yml")
     roles = [[r["role"] for r in play.get("roles", [])] or [play["name"]] for play in plays]
     assert roles == [
+        ["Nodes removed from the blueprint"],  # slurmd off before slurmctld learns they are gone
         ["munge"],
         ["shared_fs"],
         ["infiniband", "nvidia"],  # before slurm.conf: topology.conf turns on TopologyPlugin
