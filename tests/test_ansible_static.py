@@ -320,8 +320,8 @@ def test_site_plays_come_in_the_order_the_cluster_needs() -> None:
     plays = _yaml(ANSIBLE / "site.yml")
     roles = [[r["role"] for r in play.get("roles", [])] or [play["name"]] for play in plays]
     assert roles == [
-        ["Nodes removed from the blueprint"],  # slurmd off before slurmctld learns they are gone
         ["munge"],
+        ["Nodes removed from the blueprint"],  # slurmd off before slurmctld learns they are gone
         ["shared_fs"],
         ["infiniband", "nvidia"],  # before slurm.conf: topology.conf turns on TopologyPlugin
         ["slurm_common"],
@@ -335,7 +335,7 @@ def test_site_plays_come_in_the_order_the_cluster_needs() -> None:
     ]
     # Only the first play gathers (the service manager, cached): the others cost no fact round trip.
     assert [p.get("gather_facts", True) for p in plays[1:]] == [False] * (len(plays) - 1)
-    assert plays[2]["hosts"] == plays[0]["hosts"]  # topology.conf reaches slurmctld's host too
+    assert plays[3]["hosts"] == plays[0]["hosts"]  # topology.conf reaches slurmctld's host too
 
 
 def test_slurm_conf_turns_on_the_tree_topology_when_the_fabric_gave_one() -> None:

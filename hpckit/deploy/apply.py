@@ -61,9 +61,8 @@ def deploy(bp: Blueprint, tracker: Tracker, sink: EventSink, opts: DeployOptions
     retired = {} if target.lab else retired_hosts(bp, opts.record_root)
     record = DeploymentRecord.create(bp.cluster_name, opts.record_root)
     inventory, extravars = _playbook_vars(bp, target)
-    if retired:
-        inventory["all"]["children"]["slurm_retired"] = {"hosts": retired}
-        tracker.tolerate(retired)
+    inventory["all"]["children"]["slurm_retired"]["hosts"] = retired
+    tracker.tolerate(retired)
     expanded = bp.model_dump(mode="json")
     record.write_json("blueprint.json", expanded)
     record.write_json("run.json", run_info(expanded))
@@ -112,6 +111,7 @@ def _playbook_vars(bp: Blueprint, target: Target) -> tuple[dict[str, Any], dict[
     """The blueprint's inventory and extravars, plus what depends on the machine that deploys."""
     inventory, extravars = build_vars(bp, target.access)
     extravars.update(target.runtime_extravars())
+    inventory["all"]["children"]["slurm_retired"] = {"hosts": {}}  # filled by deploy (see retired_hosts)
     return inventory, extravars
 
 
