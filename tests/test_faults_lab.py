@@ -229,6 +229,27 @@ def test_deploy_with_a_dead_sshd_names_the_node_and_the_cause(flab: FaultLab) ->
     assert "connection refused" in failures[0].lower(), failures
 
 
+def test_a_node_removed_from_the_blueprint_stops_and_the_record_says_what_was_done(flab: FaultLab) -> None:
+    node_pid = provider.lab_status(NAME).node(HEALTHY).pid
+    assert node_pid is not None
+    smaller = flab.blueprint.with_name("smaller.yaml")
+    text = flab.blueprint.read_text().replace("nodes: node[1-3]", "nodes: node[1-2]").replace(".[21-23]", ".[21-22]")
+    smaller.write_text(text)
+    plan = flab.run("plan", str(smaller), "--json")
+    assert plan.rc == 0, plan.stdout + plan.stderr
+    done = flab.run("deploy", str(smaller), "--json", "-q", "--join-timeout", "90")
+    assert done.rc == 0, done.stdout + done.stderr
+    assert not Path(f"/proc/{node_pid}").exists()  # the machine, its slurmd with it
+    assert HEALTHY not in flab.states()
+    record = flab.state / "clusters" / NAME / "current"
+    run = json.loads((record / "run.json").read_text())
+    assert run["command"].startswith("hpckit deploy ") and run["command"].endswith("--join-timeout 90")
+    assert run["user"] == "root" and len(run["blueprint_sha256"]) == 64
+    restarts = done.json()["restarts"]
+    assert {"host": "ctl", "what": "slurmctld restarted"} in restarts, restarts  # a node left slurm.conf
+    flab.blueprint = smaller
+
+
 def test_destroy_leaves_nothing_outside_the_state_folder(flab: FaultLab) -> None:
     bin_before = _bin_listing()
     done = flab.destroy()

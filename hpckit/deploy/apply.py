@@ -16,7 +16,14 @@ from hpckit.deploy.events import Tracker
 from hpckit.deploy.inventory import host_entries
 from hpckit.deploy.join import SLURMD_LOG, JoinReport, wait_for_join
 from hpckit.deploy.playvars import build_vars
-from hpckit.deploy.record import RECORDED_CONFIGS, ClusterAccess, DeploymentRecord, retired_hosts, run_info
+from hpckit.deploy.record import (
+    RECORDED_CONFIGS,
+    ClusterAccess,
+    DeploymentRecord,
+    retired_hosts,
+    run_info,
+    state_root,
+)
 from hpckit.deploy.runner import PlaybookRun, RunOutcome, ansible_version, run_playbook
 from hpckit.deploy.targets import Target, prepare_target
 from hpckit.errors import HpckitError
@@ -103,7 +110,10 @@ def plan(bp: Blueprint, tracker: Tracker, sink: EventSink) -> PlanResult:
         )
     tracker.expect_hosts([h for h in hosts if h not in new])
     limit = ",".join(["all", *(f"!{h}" for h in new)]) if new else None
-    outcome = run_playbook(inventory, extravars, PlaybookRun(check=True, diff=True, limit=limit), sink)
+    facts = state_root() / "clusters" / bp.cluster_name / "facts"  # the cluster's own, as deploy's
+    outcome = run_playbook(
+        inventory, extravars, PlaybookRun(check=True, diff=True, limit=limit, fact_cache=facts), sink
+    )
     return PlanResult(outcome, new)
 
 
