@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -20,45 +19,22 @@ from hpckit.health.model import Row, Status
 from hpckit.health.oob import ProbeResult, probe_command, reach_row
 from hpckit.slurm.client import SlurmClient
 from hpckit.slurm.transport import CommandResult
+from tests.health_fakes import FakeNode, FakeSlurm
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-class Sinfo:
-    """A transport whose sinfo answers with fixed node lines."""
-
-    where = "fake"
-
-    def __init__(self, lines: Sequence[str]) -> None:
-        self.lines = lines
-        self.calls: list[tuple[str, ...]] = []
-
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: str | None = None,
-        timeout: float | None = 60.0,
-        env: Mapping[str, str] | None = None,
-    ) -> CommandResult:
-        self.calls.append(tuple(argv))
-        return CommandResult(tuple(argv), 0, "\n".join(self.lines) + "\n", "", self.where)
-
-    def close(self) -> None:
-        """Nothing to close."""
 
 
 # --- join: a node someone took out is reported, not waited for ----------------------------------------
 
 
 def test_join_does_not_wait_for_nodes_taken_out_on_purpose() -> None:
-    sinfo = Sinfo(
-        [
-            "node1|idle|",
-            "node2|drained|admin: fan",
-            "node3|down|hpckit:unreachable:ssh",
-            "node4|idle*|",
-        ]
+    sinfo = FakeSlurm(
+        {
+            "node1": FakeNode(),
+            "node2": FakeNode("drained", "admin: fan"),
+            "node3": FakeNode("down", "hpckit:unreachable:ssh"),
+            "node4": FakeNode(flags="*"),
+        }
     )
     clock = iter(range(0, 1000))
     report = wait_for_join(
@@ -70,11 +46,13 @@ def test_join_does_not_wait_for_nodes_taken_out_on_purpose() -> None:
     )
     assert report.ok and report.joined == ["node1"]
     assert report.held == {"node2": "drained (admin: fan)", "node3": "down (hpckit:unreachable:ssh)"}
-    assert len(sinfo.calls) == 1  # nothing to wait for
+    assert next(clock) == 2  # one look, nothing to wait for
 
 
 def test_join_still_waits_for_a_node_slurm_took_out() -> None:
-    sinfo = Sinfo(["node1|down*|Not responding", "node2|drained*|Kill task failed"])
+    sinfo = FakeSlurm(
+        {"node1": FakeNode("down", "Not responding", "*"), "node2": FakeNode("drained", "Kill task failed", "*")}
+    )
     clock = iter(range(0, 1000, 10))
     report = wait_for_join(
         SlurmClient(sinfo), ["node1", "node2"], timeout=30, clock=lambda: float(next(clock)), sleep=lambda s: None
@@ -150,14 +128,13 @@ def test_nodes_removed_from_the_blueprint_are_retired(tmp_path: Path) -> None:
 def test_health_cluster_option_runs_the_same_command_on_the_login_node(monkeypatch: pytest.MonkeyPatch) -> None:
     sent: list[tuple[str, ...]] = []
 
-    class Login(Sinfo):
-        def run(self, argv: Sequence[str], **kw: object) -> CommandResult:  # type: ignore[override]
-            sent.append(tuple(argv))
-            return CommandResult(tuple(argv), 3, '{"run_id": "r1"}\n', "warning: x\n", "login")
+    def login(argv: tuple[str, ...]) -> CommandResult:
+        sent.append(argv)
+        return CommandResult(argv, 3, '{"run_id": "r1"}\n', "warning: x\n", "login")
 
     import hpckit.jobs.submit
 
-    monkeypatch.setattr(hpckit.jobs.submit, "transport_for", lambda cluster: Login([]))
+    monkeypatch.setattr(hpckit.jobs.submit, "transport_for", lambda cluster: FakeSlurm(other=login))
     from hpckit.cli.health import health
 
     out = CliRunner().invoke(
