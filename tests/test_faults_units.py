@@ -206,7 +206,7 @@ def test_probe_settings_and_command() -> None:
         {"command": ["/etc/hpckit/hpckit-health"], "probe": {"user": "root", "key": "/k", "known_hosts": None}}, "t"
     )
     assert config.probe is not None and config.probe.key == "/k" and config.probe.known_hosts is None
-    assert probe_command(config) == ["/etc/hpckit/hpckit-health", "check", "--tier", "quick", "--json", "--no-store"]
+    assert probe_command(config) == ["/etc/hpckit/hpckit-health", "check", "--tier", "quick", "--json", "--dry-run"]
     assert parse_config({}, "t").probe is None
     from hpckit.health.config import ConfigError
 

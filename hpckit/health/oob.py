@@ -35,8 +35,9 @@ Prober = Callable[[str], ProbeResult]
 
 
 def probe_command(config: NodeConfig) -> list[str]:
-    """The quick tier, printed as JSON, stored nowhere and acting on nothing: the sweep judges it."""
-    return [*config.command, "check", "--tier", "quick", "--json", "--no-store"]
+    """The quick tier, printed as JSON, changing nothing on the node (no stored verdict, no drain, no log
+    cursor moved: its own next quick run still sees what this one saw): the sweep judges it."""
+    return [*config.command, "check", "--tier", "quick", "--json", "--dry-run"]
 
 
 def ssh_prober(config: NodeConfig, settings: SshProbe) -> Prober:
