@@ -54,10 +54,10 @@ class FakeSlurm:
             self.updates.append(args)
             fields = dict(a.split("=", 1) for a in args[2:])
             node = self.nodes[fields["nodename"]]
-            if fields["state"] == "drain":
-                node.state = "drained" if node.state in ("idle", "drained") else "draining"
+            if fields["state"] == "drain":  # sinfo shows DOWN+DRAIN as drained too
+                node.state = "drained" if node.state in ("idle", "drained", "down") else "draining"
                 node.reason = fields["reason"]
-            elif fields["state"] == "resume":
+            elif fields["state"] == "resume":  # a node that does not answer stays so ('*') until it does
                 node.state, node.reason = "idle", ""
             return CommandResult(args, 0, "", "", self.where)
         if self.other is not None:

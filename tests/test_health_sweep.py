@@ -270,6 +270,26 @@ def test_network_cut_drains_unreachable_after_m_sweeps_and_resumes_after_n(lab: 
     assert actions == [Action.KEEP, Action.RESUME] and lab.reasons() == {}
 
 
+def test_a_fixed_node_slurm_stopped_hearing_is_recontacted_and_kept_drained(lab: Lab) -> None:
+    """slurmctld does not ping a node it set DOWN; hpckit sees it fine over SSH and has Slurm contact it
+    again (resume, then its drain straight back), so that it can come back after its clean sweeps."""
+    lab.slurm.nodes["node1"] = FakeNode("drained", "hpckit:munge-down:host.munge", "*")  # DOWN+DRAIN
+    lab.slurm.nodes["node2"] = FakeNode("down", "admin: PSU", "*")
+    result = lab.sweep(ssh=True)
+    assert result.outcome.decision("node1").action is Action.KEEP
+    assert lab.slurm.updates == [
+        ("scontrol", "update", "nodename=node1", "state=resume"),
+        ("scontrol", "update", "nodename=node1", "state=drain", "reason=hpckit:munge-down:host.munge"),
+    ]
+    assert lab.reasons() == {"node1": "hpckit:munge-down:host.munge"}
+    assert "asked slurmctld to contact it again" in report.render_sweep(result)
+    assert "node2" not in lab.probed  # an admin's down node is not even looked at
+    lab.slurm.nodes["node1"].flags = ""  # it answered
+    actions = [lab.sweep(ssh=True).outcome.decision("node1").action for _ in range(2)]
+    assert actions == [Action.KEEP, Action.RESUME] and lab.reasons() == {}
+    assert len(lab.slurm.updates) == 3  # no more recontacts once Slurm hears it
+
+
 def test_busy_and_unreachable_nodes(lab: Lab) -> None:
     lab.slurm.nodes["node1"].state = "mixed"  # running a job: its fresh quick verdict stands in
     lab.slurm.nodes["node2"].state = "allocated"  # busy, no fresh verdict: skipped

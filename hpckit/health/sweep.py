@@ -45,7 +45,9 @@ from hpckit.health.policy import (
     Outcome,
     Ownership,
     decide,
+    drain_reason,
     ownership,
+    parse_reason,
     verdicts,
     with_enforce,
 )
@@ -170,6 +172,7 @@ def sweep(
     _judge(config, options, store, fleet, result, now(), claimed)
     if not options.dry_run:
         _apply(ops, result, claimed)
+        _recontact(ops, result, fleet, probes, claimed)
         _save(store, result, results, options)
         after = _fleet(ops, list(fleet.nodes)) if any(a.done for a in result.applied) else fleet
         _save_ledgers(store, after, _ledgers_after(ledgers, after, now()), result, results, claimed)
@@ -403,6 +406,30 @@ def _save(store: Store, result: SweepResult, jobs: dict[str, JobResult], options
     report.write_textfile(store.path("metrics", "hpckit_health.prom"), text)
     if options.textfile:
         report.write_textfile(os.path.abspath(options.textfile), text)
+
+
+def _recontact(
+    ops: NodeOps, result: SweepResult, fleet: Fleet, probes: dict[str, ProbeResult], claimed: frozenset[str]
+) -> None:
+    """A node hpckit keeps out that answers over SSH with nothing failing, but that Slurm does not hear
+    (it stopped pinging it): have Slurm contact it again, so that it can come back after its clean runs."""
+    held = {d.node for d in result.outcome.decisions if d.action in (Action.DRAIN, Action.REDRAIN, Action.KEEP)}
+    for node, probe in probes.items():
+        state = fleet.nodes[node]
+        clean = probe.error is None and probe.rows and not any(r.status == Status.FAIL for r in probe.rows)
+        if node not in held or state.responding or not clean:
+            continue
+        mine = node in claimed
+
+        def guard(s: NodeState | None, mine: bool = mine) -> bool:
+            return s is not None and not s.responding and ownership(s, mine) is Ownership.OURS
+
+        result.applied.append(ops.recontact(node, guard, _hold_reason))
+
+
+def _hold_reason(state: NodeState) -> str:
+    """hpckit's reason stays; Slurm's own ("Not responding") becomes hpckit's: it is hpckit that holds it now."""
+    return state.reason if parse_reason(state.reason) else drain_reason("slurmctld", REACH_CHECK)
 
 
 def _save_ledgers(
