@@ -127,7 +127,9 @@ def flab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultLab]:
 
 
 def _in_service(state: tuple[str, str]) -> bool:
-    return state[0].rstrip("*~#!%$@^-+") in ("idle", "mixed", "allocated") and not state[0].endswith("*")
+    """Taking jobs (completing: Slurm still cleaning up the sweep job that failed during the fault)."""
+    base = state[0].rstrip("*~#!%$@^-+")
+    return base in ("idle", "mixed", "allocated", "completing") and not state[0].endswith("*")
 
 
 def _out_with_hpckit_reason(state: tuple[str, str]) -> bool:
