@@ -13,6 +13,7 @@ from rich.console import Console
 
 from hpckit.blueprint import Blueprint, load_blueprint
 from hpckit.blueprint.models import LabProvider
+from hpckit.blueprint.release import slurm_release_of
 from hpckit.cli.blueprint import site_option
 from hpckit.deploy.apply import DeployOptions, DeployResult, deploy, plan
 from hpckit.deploy.changes import overall, plan_changes
@@ -77,7 +78,7 @@ def plan_cmd(blueprint: Path, site_files: tuple[Path, ...], as_json: bool) -> No
     bp = _load(blueprint, site_files)
     tracker = Tracker()
     result = plan(bp, tracker, lambda event: tracker.feed(event))
-    changes = plan_changes(tracker.diffs)
+    changes = plan_changes(tracker.diffs, slurm_release_of(bp))
     if as_json:
         report = {
             "status": result.outcome.status,
