@@ -282,8 +282,11 @@ def value_problems(name: str, value: str, version: AsVersion) -> list[str]:
 
 
 def _plugin_problem(key: ConfKey, token: str, version: Version) -> str | None:
-    kind = next(iter(key.plugin_names.values())).split("/", 1)[0]
-    full = token if "/" in token or not key.plugin_list else f"{kind}/{token}"
+    kind, slash, _ = next(iter(key.plugin_names.values())).partition("/")
+    if not slash:  # a key whose plugins go by bare names (MpiDefault=pmix); a type/ prefix is tolerated
+        full = token.rpartition("/")[2]
+    else:
+        full = token if "/" in token or not key.plugin_list else f"{kind}/{token}"
     span = key.plugins.get(full.lower())
     if span is not None:
         return span.problem(f"{key.name}={key.plugin_names[full.lower()]}", version)

@@ -67,7 +67,7 @@ class SlurmConf:
     partitions: dict[str, str]
 
 
-_LINE = re.compile(r"^\s*([A-Za-z]+)\s*=\s*(\S+)(.*)$")
+_LINE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9]*)\s*=\s*(\S+)(.*)$")  # X11Parameters has a digit
 
 
 def parse_slurm_conf(text: str) -> SlurmConf:
