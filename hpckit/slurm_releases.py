@@ -226,7 +226,7 @@ def _rules(value: object) -> tuple[tuple[Version, Apply], ...]:
 def _apply_class(value: str) -> Apply:
     if value not in APPLY_ORDER:
         raise ReleaseError(f"{RELEASES_FILE}: {value!r} is not one of {', '.join(APPLY_ORDER)}")
-    return cast(Apply, value)
+    return value
 
 
 def _span(entry: Mapping[str, Any]) -> Span:

@@ -130,7 +130,9 @@ def test_plan_labels_every_key_it_knows_from_the_table(series: str) -> None:
 
 
 def test_plan_reads_the_cluster_s_release() -> None:
-    diff = ConfigDiff(host="ctl", task="Write slurm.conf", path="/etc/slurm/slurm.conf", before=BASE, after=BASE + "SchedulerType=x\n")
+    diff = ConfigDiff(
+        host="ctl", task="Write slurm.conf", path="/etc/slurm/slurm.conf", before=BASE, after=BASE + "SchedulerType=x\n"
+    )
     assert [c.action for c in plan_changes([diff])] == [Action.SLURMCTLD_RESTART]  # the distro's 22.05
     assert [c.action for c in plan_changes([diff], "24.11.5")] == [Action.RECONFIGURE]
     assert key_action("MaxJobCount", Version.parse("25.05.2")) == Action.RECONFIGURE
@@ -166,7 +168,10 @@ def test_plugins_per_release() -> None:
 
 def test_rendering_renames_and_drops_by_release() -> None:
     wanted = {"JobContainerType": "job_container/tmpfs", "FastSchedule": "1", "DataParserParameters": "v0.0.42"}
-    assert slurm_conf_for_release(wanted, "25.11") == {"NamespaceType": "namespace/tmpfs", "DataParserParameters": "v0.0.42"}
+    assert slurm_conf_for_release(wanted, "25.11") == {
+        "NamespaceType": "namespace/tmpfs",
+        "DataParserParameters": "v0.0.42",
+    }
     assert slurm_conf_for_release(wanted, "22.05") == {"JobContainerType": "job_container/tmpfs"}
 
 

@@ -121,15 +121,21 @@ def _check_blocks(
                 yield (*path, "nodes"), f"node {host!r} is also in block {owner[host]!r}"
             owner.setdefault(host, name)
         if len(hosts) < base and not small_ok:
-            yield path, (
-                f"block {name!r} has {len(hosts)} nodes, fewer than the base block size {base}: Slurm "
-                f"{release.series} refuses it (25.05 and later allow it)"
+            yield (
+                path,
+                (
+                    f"block {name!r} has {len(hosts)} nodes, fewer than the base block size {base}: Slurm "
+                    f"{release.series} refuses it (25.05 and later allow it)"
+                ),
             )
     outside = [h for h in compute if h not in owner]
     if outside and blocks:
-        yield ("slurm", "topology"), (
-            f"{len(outside)} compute node(s) in no block ({', '.join(outside[:3])}"
-            f"{', ...' if len(outside) > 3 else ''}): topology/block gives no job a node outside its blocks"
+        yield (
+            ("slurm", "topology"),
+            (
+                f"{len(outside)} compute node(s) in no block ({', '.join(outside[:3])}"
+                f"{', ...' if len(outside) > 3 else ''}): topology/block gives no job a node outside its blocks"
+            ),
         )
 
 

@@ -10,11 +10,11 @@ import ipaddress
 from collections.abc import Iterator
 from typing import Any
 
+from hpckit.blueprint.blocks import topology_problems
 from hpckit.blueprint.errors import Path_, Problem
 from hpckit.blueprint.models import expand_hosts
 from hpckit.blueprint.release import raw_slurm_release
 from hpckit.blueprint.source import Located
-from hpckit.blueprint.blocks import topology_problems
 from hpckit.slurm_releases import Version, key_problem, value_problems
 
 

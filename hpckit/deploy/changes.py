@@ -125,11 +125,7 @@ def _node_changes(file: str, before: dict[str, str], after: dict[str, str], acti
         "removed": sorted(old.keys() - new.keys()),
         "changed": sorted(n for n in old.keys() & new.keys() if old[n] != new[n]),
     }
-    return [
-        Change(file, f"NodeName={_compress(names)} {what}", action)
-        for what, names in groups.items()
-        if names
-    ]
+    return [Change(file, f"NodeName={_compress(names)} {what}", action) for what, names in groups.items() if names]
 
 
 def _compress(names: list[str]) -> str:
