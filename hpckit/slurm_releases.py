@@ -180,7 +180,6 @@ class ConfKey:
     renamed_to: str | None = None
     renamed_in: Version | None = None
     apply: tuple[tuple[Version, Apply], ...] = ((Version(0, 0), "reconfigure"),)
-    options: Mapping[str, tuple[tuple[Version, Apply], ...]] = field(default_factory=dict)
     plugins: Mapping[str, Span] = field(default_factory=dict)  # lower-cased plugin name -> span
     plugin_names: Mapping[str, str] = field(default_factory=dict)  # lower-cased -> as written
     plugin_list: bool = False
@@ -195,10 +194,6 @@ class ConfKey:
 
     def apply_in(self, version: AsVersion) -> Apply:
         return _class_in(self.apply, _version(version))
-
-    def option_apply(self, option: str, version: AsVersion) -> Apply:
-        rules = self.options.get(option.lower())
-        return _class_in(rules, _version(version)) if rules else "reconfigure"
 
 
 def _class_in(rules: tuple[tuple[Version, Apply], ...], version: Version) -> Apply:
@@ -242,7 +237,6 @@ def _conf_key(name: str, entry: Mapping[str, Any]) -> ConfKey:
         renamed_to=renamed.get("to"),
         renamed_in=_series(renamed.get("in")),
         apply=_rules(entry.get("apply")),
-        options={opt.lower(): _rules(rule) for opt, rule in (entry.get("options") or {}).items()},
         plugins={p.lower(): _span(spec or {}) for p, spec in plugins.items()},
         plugin_names={p.lower(): p for p in plugins},
         plugin_list=bool(entry.get("list")),
@@ -296,23 +290,11 @@ def _plugin_problem(key: ConfKey, token: str, version: Version) -> str | None:
     return f"{key.name}: {token!r} is not a plugin of Slurm {version.series} ({hint}known: {', '.join(names)})"
 
 
-def apply_for(name: str, version: AsVersion, before: str | None = None, after: str | None = None) -> Apply:
-    """What a change of slurm.conf key ``name`` (from ``before`` to ``after``) needs in Slurm ``version``:
-    the key's own class, or a stronger one an option that changed carries. A key the table does not
-    know gets a slurmctld restart: nothing says less is enough."""
+def apply_for(name: str, version: AsVersion) -> Apply:
+    """What a change of slurm.conf key ``name`` needs to take effect in Slurm ``version``. A key the table
+    does not know gets a slurmctld restart: nothing says less is enough."""
     key = conf_key(name)
-    if key is None:
-        return "slurmctld_restart"
-    classes = [key.apply_in(version)]
-    if key.options:
-        changed = _options(before) ^ _options(after)
-        classes += [key.option_apply(opt, version) for opt in changed]
-    return max(classes, key=APPLY_ORDER.index)
-
-
-def _options(value: str | None) -> set[str]:
-    """``a=1,b,c=2`` -> {"a=1", "b", "c=2"}: an option's name with its value, so a changed value counts."""
-    return {opt.strip().lower() for opt in (value or "").split(",") if opt.strip()}
+    return key.apply_in(version) if key is not None else "slurmctld_restart"
 
 
 def restart_keys(version: AsVersion) -> list[str]:

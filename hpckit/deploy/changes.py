@@ -3,7 +3,7 @@
 The labels come from the per-release table (hpckit/slurm_releases.py, hpckit/data/slurm-releases.yaml),
 for the cluster's Slurm release: what each slurm.conf key needs to take effect there (a live
 `scontrol reconfigure`, a slurmd restart, a slurmctld restart, or nothing hpckit does on a running
-cluster) and which of its options need more. Partition lines are always live; node lines follow the
+cluster). Partition lines are always live; node lines follow the
 table's NodeName entry (a restart before 23.11, a reconfigure since, when reconfigure began replacing the
 daemon processes). Running jobs survive every class but `unsupported`.
 """
@@ -48,9 +48,9 @@ _ACTIONS: dict[Apply, Action] = {
 }
 
 
-def key_action(key: str, version: AsVersion, before: str | None = None, after: str | None = None) -> Action:
-    """What changing slurm.conf ``key`` from ``before`` to ``after`` costs on Slurm ``version`` (the table)."""
-    return _ACTIONS[apply_for(key, version, before, after)]
+def key_action(key: str, version: AsVersion) -> Action:
+    """What changing slurm.conf ``key`` costs on Slurm ``version`` (the table)."""
+    return _ACTIONS[apply_for(key, version)]
 
 
 @dataclass(frozen=True)
@@ -148,9 +148,8 @@ def slurm_conf_changes(
     changes = _node_changes(file, old.nodes, new.nodes, key_action("NodeName", release))
     changes += _keyed(file, "PartitionName", old.partitions, new.partitions, key_action("PartitionName", release))
     for key in sorted(old.params.keys() | new.params.keys()):
-        was, now = old.params.get(key), new.params.get(key)
-        if was != now:
-            changes.append(Change(file, f"{key} changed", key_action(key, release, was, now)))
+        if old.params.get(key) != new.params.get(key):
+            changes.append(Change(file, f"{key} changed", key_action(key, release)))
     return changes
 
 
