@@ -317,18 +317,22 @@ class ConfForRelease:
 
 def conf_for_release(settings: Mapping[str, str], version: AsVersion) -> ConfForRelease:
     """``settings`` (slurm.conf KEY: value) as Slurm ``version`` reads them: a key the release renamed is
-    written under its new name, one it removed (or does not have yet, or hpckit does not know) is left
-    out, with the reason."""
+    written under its new name, one it removed or does not have yet is left out, with the reason. A key
+    the table does not know is kept: validation refuses those in a blueprint, and whatever else hpckit
+    writes must not vanish because the table lags a release."""
     kept: dict[str, str] = {}
     dropped: dict[str, str] = {}
     for name, value in settings.items():
         key = conf_key(name)
-        if key is not None and key.renamed_to and key.problem(version) is not None:
+        if key is None:
+            kept[name] = value
+            continue
+        if key.renamed_to and key.problem(version) is not None:
             target = conf_key(key.renamed_to)
             if target is not None and target.problem(version) is None:
                 kept[target.name] = _renamed_plugins(key, target, value)
                 continue
-        problem = key_problem(name, version)
+        problem = key.problem(version)
         if problem is None:
             kept[name] = value
         else:

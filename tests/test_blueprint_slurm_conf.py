@@ -12,35 +12,21 @@ from pathlib import Path
 
 import pytest
 
-from hpckit.blueprint import BlueprintError, parse_blueprint
+from hpckit.blueprint import parse_blueprint
 from hpckit.blueprint.checks import cross_checks
 from hpckit.blueprint.refs import resolve_vars
 from hpckit.blueprint.source import load_located
 from hpckit.deploy.release_vars import blueprint_blocks, release_extravars
 from hpckit.deploy.topology import block_topology_conf
 from hpckit.slurm_releases import Version
+from tests.test_blueprint import GOOD, problems
 
-HEAD = """\
-name: t
-provider: {type: lab}
-controller: {host: ctl, address: 10.77.0.10}
-login:
-  - {host: login, address: 10.77.0.11}
-partitions:
-  - name: gb200
-    nodes: gb[01-08]
-    addresses: 10.77.0.[21-28]
-    hardware: {cpus: 2, cores_per_socket: 2, memory_mb: 1000, gpus: {type: lab, count: 4}}
-"""
-
-
-def problems(text: str) -> list[str]:
-    with pytest.raises(BlueprintError) as info:
-        parse_blueprint(text, "bp.yaml")
-    lines = str(info.value).splitlines()
-    for line in lines:
-        assert re.match(r"^bp\.yaml:\d+:\d+: \S+: .+", line), line
-    return lines
+# tests/test_blueprint.py's blueprint with eight GPU nodes (the same lines, so the same line numbers).
+HEAD = (
+    GOOD.replace("name: gpu", "name: gb200")
+    .replace("node[1-2]", "gb[01-08]")
+    .replace("10.77.0.[21-22]", "10.77.0.[21-28]")
+)
 
 
 def checked(text: str) -> list[str]:

@@ -171,6 +171,7 @@ def test_rendering_renames_and_drops_by_release() -> None:
         "DataParserParameters": "v0.0.42",
     }
     assert slurm_conf_for_release(wanted, "22.05") == {"JobContainerType": "job_container/tmpfs"}
+    assert slurm_conf_for_release({"SomeNewKey": "1"}, "26.05") == {"SomeNewKey": "1"}  # not the table's to drop
 
 
 def _lab_blueprint() -> Any:
