@@ -160,6 +160,7 @@ class Span:
     added: Version | None = None
     removed: Version | None = None
     replaced_by: str | None = None
+    removed_exactly: bool = True  # False: ``removed`` is the first release known without it, not its date
 
     def problem(self, what: str, version: Version) -> str | None:
         """Why ``what`` is not in Slurm ``version``; None when it is."""
@@ -167,7 +168,8 @@ class Span:
             return f"{what} is new in Slurm {self.added}; this blueprint's Slurm is {version.series}"
         if self.removed is not None and version.series_version >= self.removed:
             use = f"; use {self.replaced_by}" if self.replaced_by else ""
-            return f"{what} was removed in Slurm {self.removed}{use}"
+            when = f"in Slurm {self.removed}" if self.removed_exactly else f"by Slurm {self.removed} at the latest"
+            return f"{what} was removed {when}{use}"
         return None
 
 
@@ -225,7 +227,9 @@ def _apply_class(value: str) -> Apply:
 
 
 def _span(entry: Mapping[str, Any]) -> Span:
-    return Span(_series(entry.get("added")), _series(entry.get("removed")), entry.get("replaced_by"))
+    exact = "removed_by" not in entry
+    removed = _series(entry.get("removed") if exact else entry.get("removed_by"))
+    return Span(_series(entry.get("added")), removed, entry.get("replaced_by"), exact)
 
 
 def _conf_key(name: str, entry: Mapping[str, Any]) -> ConfKey:
