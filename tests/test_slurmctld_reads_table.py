@@ -25,10 +25,13 @@ from hpckit.deploy.topology import block_topology_conf
 from hpckit.slurm_releases import Version, key_problem, topology_small_blocks, unread_keys, value_problems
 from tests.test_ansible_static import _contract_vars, _render
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("munged"),
-    reason="needs root, unshare and munged",
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("munged"),
+        reason="needs root, unshare and munged",
+    ),
+]
 NODES = ["node1", "node2", "node3", "node4"]
 
 
