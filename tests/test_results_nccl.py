@@ -511,3 +511,16 @@ def test_parse_restores_numpy_huge_pages() -> None:
         assert api._HUGEPAGES(True) is True
     finally:
         api._HUGEPAGES(before)
+
+
+def test_collective_the_log_names_wins_over_the_callers_hint() -> None:
+    # The hint is for logs that name no collective; a log whose header names its binary keeps it in the
+    # rows and in meta alike (meta said the hint while every row said all_reduce).
+    stated_log = DATA / "all_reduce-v2.18-1node-2rank-rtx5090-mpirun-tagoutput-stderr.txt"
+    stated = parse_file(stated_log, collective="alltoall")
+    assert stated.meta["collective"] == "all_reduce"
+    assert set(stated.frame["collective"]) == {"all_reduce"}
+    unstated_log = DATA / "all_gather-modern-2node-16gpu-a3mega-srun-l-prefix-excerpt.txt"
+    unstated = parse_file(unstated_log, collective="alltoall")
+    assert unstated.meta["collective"] == "alltoall"
+    assert set(unstated.frame["collective"]) == {"alltoall"}

@@ -90,7 +90,7 @@ def _result(kind: str, sc: Scan, frame: pd.DataFrame, partial: bool, collective:
     meta = _meta(sc)
     coll = collective or _guess_collective(sc)
     _fill_collective(frame, sc, coll)
-    meta["collective"] = coll if coll is not None else _first_collective(sc)
+    meta["collective"] = _first_collective(sc) or coll  # what the log says wins over the caller's hint
     independent = _independent_runs(sc)
     if independent:
         frame = _split_independent(frame, sc, independent, meta)
