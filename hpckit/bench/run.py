@@ -264,9 +264,13 @@ def judge_output(
     job_id = record.job_id
     parsed = parse_output(output, output_path, p.sweep.bench.op)
     wrong = _wrong(parsed)
-    if not record.ok and not wrong:
+    failures = _failure_lines(parsed)
+    if (not record.ok and not wrong) or failures:
         nodes = culprits(output, lost_nodes, record)
-        raise BenchJobFailed(_failure(record, nodes, lost_nodes, output, output_path), nodes, job_id)
+        text = _failure(record, nodes, lost_nodes, output, output_path)
+        if failures:  # nccl-tests' own words first: "Test NCCL failure common.cu:1279 'unhandled system error'"
+            text = "\n".join([text.splitlines()[0], *failures[:4], *text.splitlines()[1:]])
+        raise BenchJobFailed(text, nodes, job_id)
     if parsed is None or parsed.frame.empty or parsed.frame["busbw_gbps"].notna().sum() == 0:
         raise BenchJobFailed(f"job {job_id} printed no results; see {output_path}", record.nodes[:1], job_id)
     return _analyse(req, ctx, p, job_id, parsed, output, output_path, wrong)
@@ -277,6 +281,14 @@ def parse_output(output: str, source: str, op: str | None) -> ParseResult | None
         return parse_text(output, "nccl-tests", source, op)
     except ParseError:
         return None
+
+
+def _failure_lines(parsed: ParseResult | None) -> list[str]:
+    """The "Test NCCL/CUDA failure" lines of a run that died, however the job itself ended."""
+    if parsed is None or not parsed.failed:
+        return []
+    lines = parsed.meta.get("failures")
+    return [str(line) for line in lines] if isinstance(lines, list) and lines else ["nccl-tests reported a failure"]
 
 
 def _wrong(parsed: ParseResult | None) -> int:
