@@ -37,10 +37,18 @@ def test_lab_extravars(repo: Path) -> None:
             "threads_per_core": 1,
             "real_memory": 1000,
             "gres": "gpu:lab:4",
-            "addrs": "10.77.0.21,10.77.0.22,10.77.0.23,10.77.0.24",
+            "addrs": "10.77.0.[21-24]",
         }
     ]
-    assert ev["slurm_partitions"] == [{"name": "gpu", "nodes": "node[1-4]", "default": True, "max_time": "INFINITE"}]
+    assert ev["slurm_partitions"] == [
+        {
+            "name": "gpu",
+            "nodes": "node[1-4]",
+            "default": True,
+            "max_time": "INFINITE",
+            "settings": {"DefMemPerCPU": 500, "DefMemPerGPU": 250},  # 1000 MB over 2 CPUs and 4 GPUs
+        }
+    ]
     assert ev["slurm_controller_addr"] == "10.77.0.10" and ev["slurm_accounting"] is True
     for key, value in LAB_SLURM_VARS.items():
         assert ev[key] == value

@@ -52,10 +52,10 @@ def gpu_extravars(bp: Blueprint) -> dict[str, Any]:
 
 def gpu_host_vars(bp: Blueprint, host: str) -> dict[str, Any]:
     """What the roles need to know about one host beyond the lead inventory's hpckit_gpu_* vars."""
-    part = next((p for p, name, _ in bp.compute_hosts() if name == host), None)
+    node = bp.node(host)
     out: dict[str, Any] = {}
-    if part is not None:
-        out.update(_node_vars(bp, part))
+    if node is not None:
+        out.update(_node_vars(bp, node[0]))
     elif _is_login(bp, host) and any(bp.containers_on(p) for p in bp.partitions):
         out["enroot_pyxis_pyxis"] = True  # srun/sbatch on a login node parse the --container-* options
     return out
@@ -66,11 +66,20 @@ def merge_gpu_vars(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The inventory and extravars that ``build_inventory`` / ``build_extravars`` made, with these roles'
     variables added (copies; the inputs are left alone)."""
-    merged = copy.deepcopy(dict(inventory))
+    merged = copy.deepcopy(dict(inventory), memo=_hosts_memo(inventory))
+    # Hosts of one partition get the same variables: worked out once per partition, not per host.
+    per_partition: dict[int, dict[str, Any]] = {}
+
+    def host_vars(host: str) -> dict[str, Any]:
+        node = bp.node(host)
+        if node is None:
+            return gpu_host_vars(bp, host)
+        return per_partition.setdefault(id(node[0]), _node_vars(bp, node[0]))
 
     def add(group: dict[str, Any]) -> None:
-        for host, host_vars in group.get("hosts", {}).items():
-            group["hosts"][host] = {**(host_vars or {}), **gpu_host_vars(bp, host)}
+        hosts = group.get("hosts", {})
+        for host, own in hosts.items():
+            hosts[host] = {**(own or {}), **copy.deepcopy(host_vars(host))}
         for child in group.get("children", {}).values():
             add(child)
 
@@ -78,8 +87,22 @@ def merge_gpu_vars(
     return merged, {**extravars, **gpu_extravars(bp)}
 
 
+def _hosts_memo(inventory: Mapping[str, Any]) -> dict[int, Any]:
+    """deepcopy memo that leaves the per-host dicts out of the copy (``add`` replaces each of them)."""
+    memo: dict[int, Any] = {}
+
+    def walk(group: Mapping[str, Any]) -> None:
+        for own in group.get("hosts", {}).values():
+            memo[id(own)] = own
+        for child in group.get("children", {}).values():
+            walk(child)
+
+    walk(inventory["all"])
+    return memo
+
+
 def _node_vars(bp: Blueprint, part: Partition) -> dict[str, Any]:
-    hw = part.hardware
+    hw = bp.hardware_in(part)
     out: dict[str, Any] = {}
     if hw.gpus is not None:
         out["nvidia_gres_devices"] = gres_devices(hw)
@@ -138,7 +161,7 @@ def gres_devices(hw: Hardware) -> list[dict[str, Any]]:
 def _first_ib_host(bp: Blueprint) -> str:
     """ibnetdiscover runs on one node: the first one with HCAs ("" when no partition declares any)."""
     for part, host, _ in bp.compute_hosts():
-        if part.hardware.infiniband is not None:
+        if bp.hardware_in(part).infiniband is not None:
             return host
     return ""
 
