@@ -145,7 +145,7 @@ class Infiniband(Strict):
 
 def _whole(value: object) -> object:
     """YAML reads 1e6 or 2.0 as a float: a whole one is an integer; any other stays and fails as one."""
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+    if isinstance(value, float) and value.is_integer():
         return int(value)
     return value
 
@@ -185,7 +185,11 @@ class Hardware(Strict):
 
 # Slurm's time limits: minutes, M:S, H:M:S, D-H, D-H:M, D-H:M:S, or no limit.
 TIME_RE = r"^(INFINITE|UNLIMITED|\d+(:\d{1,2}){0,2}|\d+-\d{1,2}(:\d{1,2}){0,2})$"
-SlurmTime = Annotated[str, Field(pattern=TIME_RE, description="a Slurm time: MIN, H:M:S, D-H, D-H:M:S or INFINITE")]
+SlurmTime = Annotated[
+    str,
+    BeforeValidator(lambda v: str(v) if isinstance(v, int) and not isinstance(v, bool) else v),  # minutes
+    Field(pattern=TIME_RE, description="a Slurm time: MIN, H:M:S, D-H, D-H:M:S or INFINITE"),
+]
 # Account and QOS names as sacctmgr keeps them (no commas, spaces or '=' that would split the line).
 SlurmName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")]
 
