@@ -183,6 +183,11 @@ class Hardware(Strict):
         return self.memory_mb // self.gpus.count if self.gpus is not None else None
 
 
+def _yes_no(value: object) -> object:
+    """YAML 1.1 reads a bare NO or YES as a boolean; Slurm means the word."""
+    return ("YES" if value else "NO") if isinstance(value, bool) else value
+
+
 # Slurm's time limits: minutes, M:S, H:M:S, D-H, D-H:M, D-H:M:S, or no limit.
 TIME_RE = r"^(INFINITE|UNLIMITED|\d+(:\d{1,2}){0,2}|\d+-\d{1,2}(:\d{1,2}){0,2})$"
 SlurmTime = Annotated[
@@ -226,7 +231,7 @@ class Partition(Strict):
     default: bool = False
     max_time: SlurmTime = "INFINITE"
     default_time: SlurmTime | None = Field(None, description="DefaultTime: a job's limit when it sets none")
-    oversubscribe: str | None = Field(
+    oversubscribe: Annotated[str | None, BeforeValidator(_yes_no)] = Field(
         None,
         pattern=r"^(NO|EXCLUSIVE|YES(:\d+)?|FORCE(:\d+)?)$",
         description="OverSubscribe: NO, EXCLUSIVE, YES[:N] or FORCE[:N] (Slurm's default: NO)",

@@ -55,7 +55,7 @@ def host_entries(bp: Blueprint) -> list[HostEntry]:
 
 
 def _node_vars(hw: Hardware) -> dict[str, Any]:
-    """The contract's host vars that come from a node's hardware."""
+    """The contract's variables that come from a node's hardware."""
     if hw.gpus is None:
         return {}
     return {"hpckit_gpu_count": hw.gpus.count, "hpckit_gpu_type": hardware_table().gpus[hw.gpus.type].gres}
@@ -63,15 +63,12 @@ def _node_vars(hw: Hardware) -> dict[str, Any]:
 
 def build_inventory(bp: Blueprint, access: SshAccess) -> dict[str, Any]:
     """Groups slurm_controller, slurm_login, slurm_compute (one child group per partition) and slurm_dbd.
-    A node in several partitions is in each of their groups, with the same host vars."""
-    entries = host_entries(bp)
-    by_name = {e.name: e for e in entries}
-    hardware_vars = {id(p): _node_vars(p.hardware) for p in bp.partitions if p.hardware is not None}
-    host_vars: dict[str, dict[str, Any]] = {}
-    for entry in entries:
-        node = bp.node(entry.name) if entry.role == "compute" else None
-        own = {"ansible_host": entry.address} if entry.address else {}
-        host_vars[entry.name] = {**own, **(hardware_vars[id(node[0])] if node else {})}
+
+    What a node's hardware implies is a group variable of the partition that declares it, not a host
+    variable of each node: the inventory of 10,000 nodes stays one line per host. A node in several
+    partitions is in each of their groups; only its declaring partition's group carries variables.
+    """
+    entries = {e.name: e for e in host_entries(bp)}
     all_vars: dict[str, Any] = {
         "ansible_user": access.user,
         "ansible_port": access.port,
@@ -84,19 +81,31 @@ def build_inventory(bp: Blueprint, access: SshAccess) -> dict[str, Any]:
             f"-o UserKnownHostsFile={access.known_hosts} -o StrictHostKeyChecking=accept-new"
         )
 
-    def group(names: list[str]) -> dict[str, Any]:
-        return {"hosts": {n: dict(host_vars[n]) for n in names if n in by_name}}
+    def group(names: list[str], group_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        hosts = {n: ({"ansible_host": a} if (a := entries[n].address) else {}) for n in names if n in entries}
+        return {"hosts": hosts, **({"vars": group_vars} if group_vars else {})}
 
     children: dict[str, Any] = {
         "slurm_controller": group([bp.controller.host]),
         "slurm_login": group([h.host for h in bp.login]),
         "slurm_compute": {
-            "children": {f"partition_{p.name}": group(p.hostnames()) for p in bp.partitions},
+            "children": {
+                f"partition_{p.name}": group(p.hostnames(), _node_vars(p.hardware) if p.hardware else None)
+                for p in bp.partitions
+            },
         },
     }
     if bp.slurm.accounting:
         children["slurm_dbd"] = group([bp.controller.host])
     return {"all": {"vars": all_vars, "children": children}}
+
+
+def partition_groups(bp: Blueprint, inventory: dict[str, Any]) -> dict[str, tuple[Partition, dict[str, Any]]]:
+    """The inventory group of each partition that declares nodes: group name -> (partition, group)."""
+    groups = inventory["all"]["children"]["slurm_compute"]["children"]
+    return {
+        name: (p, groups[name]) for p in bp.partitions if p.hardware is not None and (name := f"partition_{p.name}")
+    }
 
 
 def _node_line(names: list[str], hw: Hardware, addresses: list[str]) -> dict[str, Any]:
