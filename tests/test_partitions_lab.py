@@ -71,8 +71,9 @@ def fields(text: str) -> dict[str, str]:
 
 
 def test_two_one_cpu_jobs_run_at_once_on_a_two_cpu_node(login: Any) -> None:
-    gpu = fields(run(login, "scontrol", "show", "partition", "gpu", "-o").stdout)
-    assert (gpu["DefMemPerCPU"], gpu["DefMemPerGPU"]) == ("500", "250")  # 1000 MB over 2 CPUs, over 4 GPUs
+    line = run(login, "scontrol", "show", "partition", "gpu", "-o").stdout
+    # 1000 MB over 2 CPUs, over 4 GPUs (scontrol lists DefMemPerGPU among JobDefaults=KEY=value,...)
+    assert fields(line)["DefMemPerCPU"] == "500" and re.search(r"\bJobDefaults=\S*DefMemPerGPU=250\b", line), line
     jobs = [
         run(login, "sbatch", "--parsable", "-p", "gpu", "-w", "node1", "-n1", "-c1", "-t", "5", "--wrap", "sleep 120")
         .stdout.strip()
