@@ -84,8 +84,8 @@ def test_two_one_cpu_jobs_run_at_once_on_a_two_cpu_node(login: Any) -> None:
         deadline = time.monotonic() + 60
         states: dict[str, str] = {}
         while time.monotonic() < deadline:
-            out = run(login, "squeue", "-h", "-j", ",".join(jobs), "-o", "%i %T %N").stdout
-            states = {job: f"{state} {node}" for job, state, node in (line.split() for line in out.splitlines())}
+            out = run(login, "squeue", "-h", "-j", ",".join(jobs), "-o", "%i|%T|%N").stdout  # %N: "" while pending
+            states = {job: f"{state} {node}" for job, state, node in (line.split("|") for line in out.splitlines())}
             if len(states) == 2 and all(s == "RUNNING node1" for s in states.values()):
                 break
             time.sleep(1)
@@ -115,5 +115,15 @@ def test_the_debug_partition_has_its_own_limits(login: Any) -> None:
         assert limits["TimeLimit"] == "00:05:00", limits  # DefaultTime: the job set none
     finally:
         run(login, "scancel", job, ok=False)
-    refused = run(login, "sbatch", "-p", "debug", "-A", "nobody", "-H", "--wrap", "true", ok=False)
-    assert not refused.ok and "account" in refused.stderr.lower(), refused.describe()
+    # Another account: refused at submission (EnforcePartLimits) or left pending for it, never run.
+    other = run(login, "sbatch", "--parsable", "-p", "debug", "-A", "nobody", "-t", "1", "--wrap", "true", ok=False)
+    if not other.ok:
+        assert "account" in other.stderr.lower(), other.describe()
+        return
+    job = other.stdout.strip().split(";")[0]
+    try:
+        time.sleep(3)  # a scheduling pass (the lab's sched_min_interval is 0.1 s)
+        state = fields(run(login, "scontrol", "show", "job", job, "-o").stdout)
+        assert (state["JobState"], state["Reason"]) == ("PENDING", "AccountNotAllowed"), state
+    finally:
+        run(login, "scancel", job, ok=False)
