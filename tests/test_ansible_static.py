@@ -341,10 +341,15 @@ def test_gres_conf_is_left_to_the_nvidia_role_on_gpu_nodes() -> None:
 
 
 def test_roles_restart_for_the_keys_plan_labels_as_restarts() -> None:
-    """The roles restart the daemons for exactly the slurm.conf keys `hpckit plan` labels a restart (plus node
-    lines); any other change goes live through `scontrol reconfigure`, as plan says."""
-    from hpckit.deploy.changes import RESTART_PARAMETERS
+    """The roles' default restart list is the per-release table's for the distribution's release (hpckit
+    passes each cluster's own list in its extravars, tests/test_slurm_conf_table.py), and plan labels
+    exactly those keys a restart."""
+    from hpckit.deploy.changes import Action, key_action
+    from hpckit.slurm_releases import conf_keys, default_series, restart_keys
 
     defaults = YAML(typ="safe").load((ROLES / "slurm_common" / "defaults" / "main.yml").read_text())
-    keys = {k.lower() for k in defaults["slurm_common_restart_keys"]}
-    assert keys == RESTART_PARAMETERS | {"nodename"}
+    assert defaults["slurm_common_restart_keys"] == restart_keys(default_series())
+    restarts = {k.lower() for k in defaults["slurm_common_restart_keys"]}
+    for name, key in conf_keys().items():
+        if key.problem(default_series()) is None and key_action(name, default_series()) != Action.UNSUPPORTED:
+            assert (key_action(name, default_series()) != Action.RECONFIGURE) == (name in restarts), name

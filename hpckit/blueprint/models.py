@@ -292,7 +292,35 @@ class Partition(Strict):
 # --- services --------------------------------------------------------------------------------------------
 
 
+class TopologyBlock(Strict):
+    name: Name
+    nodes: str = Field(description="hostlist of the block's nodes, e.g. gb[001-018]")
+
+    @field_validator("nodes")
+    @classmethod
+    def _hosts(cls, value: str) -> str:
+        expand_hosts(value)
+        return value
+
+
+class BlockTopology(Strict):
+    """topology/block (Slurm 23.11+): nodes in blocks with a fast fabric inside each, such as the NVLink
+    domain of an NVL72 rack; jobs are packed into as few blocks as they fit."""
+
+    type: Literal["block"]
+    block_size: int | None = Field(
+        None, ge=1, description="nodes per block: the compute nodes, in order, cut into blocks of this many (NVL72: 18)"
+    )
+    blocks: list[TopologyBlock] = Field(default_factory=list, description="the blocks, named (instead of block_size)")
+    sizes: list[int] = Field(
+        default_factory=list,
+        description="BlockSizes (Slurm 24.05+): the base block size, then larger sizes a job may span, each a "
+        "power-of-two multiple of the one before",
+    )
+
+
 class SlurmSettings(Strict):
+    topology: BlockTopology | None = Field(None, description="network topology Slurm schedules by (block)")
     cluster_name: Name | None = Field(None, description="ClusterName (default: the blueprint's name)")
     accounting: bool = True
     conf: dict[str, str | int | bool] = Field(

@@ -13,6 +13,7 @@ from rich.console import Console
 
 from hpckit.blueprint import Blueprint, load_blueprint
 from hpckit.blueprint.models import LabProvider
+from hpckit.blueprint.release import slurm_release_of
 from hpckit.cli.blueprint import site_option
 from hpckit.deploy.apply import DeployOptions, DeployResult, deploy, plan
 from hpckit.deploy.changes import overall, plan_changes
@@ -77,10 +78,12 @@ def plan_cmd(blueprint: Path, site_files: tuple[Path, ...], as_json: bool) -> No
     bp = _load(blueprint, site_files)
     tracker = Tracker()
     result = plan(bp, tracker, lambda event: tracker.feed(event))
-    changes = plan_changes(tracker.diffs)
+    release = slurm_release_of(bp)  # the labels are this release's (hpckit/data/slurm-releases.yaml)
+    changes = plan_changes(tracker.diffs, release)
     if as_json:
         report = {
             "status": result.outcome.status,
+            "slurm_release": release.series,
             "action": overall(changes).label,
             "changes": [{"file": c.file, "what": c.what, "action": c.action.label} for c in changes],
             "new_hosts": list(result.new_hosts),
@@ -95,7 +98,7 @@ def plan_cmd(blueprint: Path, site_files: tuple[Path, ...], as_json: bool) -> No
         for host in result.new_hosts:
             click.echo(f"{'new host':<26} {host}: not running yet; deploy starts it and builds it from scratch")
         if changes:
-            click.echo(f"applying this plan needs: {overall(changes).label}")
+            click.echo(f"applying this plan needs: {overall(changes).label} (Slurm {release.series})")
         for failure in tracker.failures:
             click.echo(f"cannot plan {failure}", err=True)
     sys.exit(0 if tracker.ok else 1)
