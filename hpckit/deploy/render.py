@@ -300,10 +300,10 @@ def render_all(
     inv = Inventory(inventory)
     classes = host_classes(inv, partitions)
     out: list[Rendered] = []
-    topology = _topology(inv, extravars, fabric) if fabric is not None else ""
+    topology, plugin = _topology(inv, extravars, fabric)
     if topology:
         out.append(topology_file(inv, extravars, topology))
-    renderer = _Renderer(inv, extravars, {"slurm_topology_plugin": "topology/tree"} if topology else {})
+    renderer = _Renderer(inv, extravars, {"slurm_topology_plugin": plugin} if topology else {})
     if classes:
         every = _slurm_hosts(inv)
         cluster = HostClass(hostlist.collect_hostlist(every), "all", tuple(every), "cluster")
@@ -368,10 +368,20 @@ def topology_filter() -> Callable[[str, list[str]], str]:
     return found
 
 
-def _topology(inv: Inventory, extravars: Mapping[str, Any], fabric: str) -> str:
+def _topology(inv: Inventory, extravars: Mapping[str, Any], fabric: str | None) -> tuple[str, str]:
+    """topology.conf and its TopologyPlugin as the infiniband role's tasks/topology.yml decides them: the text
+    hpckit rendered from the blueprint (``given``), else the fabric's (read at run time: here only when a
+    dump is given), else none; ``off`` writes none."""
     controller = inv.groups.get("slurm_controller", [""])[0]
-    nodes = host_context(inv, extravars, controller, "infiniband")["infiniband_topology_nodes"]
-    return topology_filter()(fabric, list(nodes))
+    ctx = host_context(inv, extravars, controller, "infiniband")
+    mode = ctx["infiniband_topology"]
+    if mode == "given":
+        text = str(ctx["infiniband_topology_given"])
+    elif mode != "off" and fabric is not None:
+        text = topology_filter()(fabric, list(ctx["infiniband_topology_nodes"]))
+    else:
+        text = ""
+    return text, str(ctx["infiniband_topology_plugin"])
 
 
 def topology_file(inv: Inventory, extravars: Mapping[str, Any], text: str) -> Rendered:
@@ -383,7 +393,7 @@ def topology_file(inv: Inventory, extravars: Mapping[str, Any], text: str) -> Re
         dest,
         hostlist.collect_hostlist(_slurm_hosts(inv)),
         "infiniband",
-        "hpckit_topology_conf (filter_plugins/hpckit_topology.py)",
+        "tasks/topology.yml",
         text,
-        "from the given ibnetdiscover output; a deploy reads the fabric on infiniband_discovery_host",
+        "from the blueprint's topology, or the ibnetdiscover output given (a deploy reads the fabric itself)",
     )
