@@ -22,7 +22,7 @@ from hpckit.deploy import render as render_module
 from hpckit.deploy.expand import expand
 from hpckit.deploy.inventory import SshAccess, build_extravars, ordered_hostlist
 from hpckit.deploy.playvars import build_vars
-from hpckit.deploy.render import Inventory, host_context, render
+from hpckit.deploy.render import Inventory, host_context, render, render_all
 from hpckit.errors import InputError
 from tests.test_blueprint_limits import SHARED
 
@@ -221,3 +221,21 @@ def test_memory_defaults_can_be_turned_off() -> None:
     text = SHARED.replace("    def_mem_per_cpu: 100\n", "    def_mem_per_cpu: 0\n    def_mem_per_gpu: 0\n")
     settings_ = build_extravars(parse_blueprint(text, "bp.yaml"))["slurm_partitions"][1]["settings"]
     assert "DefMemPerCPU" not in settings_ and "DefMemPerGPU" not in settings_
+
+
+def test_a_given_topology_is_written_as_the_infiniband_role_writes_it() -> None:
+    """topology/block: deploy hands the infiniband role the text (its `given` mode) and the plugin."""
+    bp = load_blueprint(REPO / "blueprints" / "h100-ib.yaml")
+    inventory, extravars = build_vars(bp, SshAccess("root"))
+    given = "BlockName=b1 Nodes=gpu[001-008]\nBlockName=b2 Nodes=gpu[009-016]\n"
+    extravars.update(
+        infiniband_topology="given", infiniband_topology_given=given, infiniband_topology_plugin="topology/block"
+    )
+    files = {
+        f.path: f.text for f in render_all(inventory, extravars, [("partition_gpu", bp.partitions[0].hostnames())])
+    }
+    assert files["all/etc/slurm/topology.conf"] == given
+    assert "TopologyPlugin=topology/block" in files["all/etc/slurm/slurm.conf"].splitlines()
+    extravars["infiniband_topology"] = "off"  # the lab: no topology.conf, even with a fabric dump at hand
+    files = {f.path for f in render_all(inventory, extravars, [], FABRIC.read_text())}
+    assert "all/etc/slurm/topology.conf" not in files
