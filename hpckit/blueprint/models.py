@@ -399,6 +399,15 @@ class Containers(Strict):
     )
 
 
+class SshProbeSettings(Strict):
+    """Out-of-band checks: the sweep host runs a node's quick tier over SSH when no sweep job can run on it
+    (munge or slurmd down, the node not answering), to say why and to re-check nodes hpckit took out."""
+
+    user: str = "root"
+    key: str | None = Field(None, description="private key on the sweep host (default: ssh's own keys)")
+    known_hosts: str | None = Field(None, description="known_hosts on the sweep host (default: ssh's own)")
+
+
 class HealthSettings(Strict):
     enabled: bool = True
     quick_interval_s: int = Field(300, ge=30, description="Slurm HealthCheckInterval for the quick tier")
@@ -408,6 +417,9 @@ class HealthSettings(Strict):
     escalate_unknown_after: int = Field(3, ge=1)
     circuit_breaker: float = Field(0.3, gt=0, le=1, description="fraction of nodes failing one check")
     disabled_checks: list[str] = Field(default_factory=list)
+    ssh_probe: SshProbeSettings | None = Field(
+        None, description="allow out-of-band checks over SSH from the sweep host (the lab sets its own key)"
+    )
 
     @field_validator("nightly")
     @classmethod
