@@ -128,6 +128,6 @@ def test_the_debug_partition_has_its_own_limits(login: Any) -> None:
         time.sleep(3)  # a scheduling pass (the lab's sched_min_interval is 0.1 s)
         state = fields(run(login, "scontrol", "show", "job", job, "-o").stdout)
         assert (state["Account"], state["JobState"]) == ("other", "PENDING"), state
-        assert "Account" in state["Reason"], state
+        assert "account_not_permitted" in state["Reason"].lower(), state
     finally:
         run(login, "scancel", job, ok=False)
