@@ -20,7 +20,7 @@ class AssetNotFoundError(RuntimeError):
 
 @cache
 def asset_dir(name: str) -> Path:
-    """Return the folder holding the asset ``name`` ("ansible" or "sbatch_templates")."""
+    """Return the folder holding the asset ``name`` ("ansible", "sbatch_templates" or "blueprints")."""
     spec = importlib.util.find_spec(f"hpckit._assets.{name}") if _assets_installed() else None
     if spec is not None and spec.submodule_search_locations:
         for location in spec.submodule_search_locations:
@@ -45,3 +45,13 @@ def ansible_dir() -> Path:
 
 def templates_dir() -> Path:
     return asset_dir("sbatch_templates")
+
+
+def blueprints_dir() -> Path:
+    """The example blueprints (lab.yaml, h100-ib.yaml)."""
+    return asset_dir("blueprints")
+
+
+def schema_file() -> Path:
+    """The blueprint JSON Schema, where the example blueprints' `$schema` comment points."""
+    return blueprints_dir().parent / "hpckit-blueprint.schema.json"

@@ -4,21 +4,16 @@ and the inventory and extravars hpckit builds. No host is contacted."""
 
 from __future__ import annotations
 
-import importlib.util
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import jinja2
 import pytest
 import yaml
-from ansible.plugins.filter.core import FilterModule as CoreFilters
-from ansible.plugins.test.core import TestModule as CoreTests
-from jinja2.nativetypes import NativeEnvironment
 
 from hpckit.blueprint import Blueprint, load_blueprint
 from hpckit.deploy.inventory import SshAccess, build_extravars
 from hpckit.deploy.playvars import build_vars
+from hpckit.deploy.render import Inventory, host_context, render, render_value, topology_filter
 
 REPO = Path(__file__).resolve().parent.parent
 ROLES = REPO / "ansible" / "roles"
@@ -32,84 +27,11 @@ FABRIC = (
 GPU_NODES = [f"gpu{i:03d}" for i in range(1, 17)]
 
 
-def _filters() -> dict[str, Any]:
-    return dict(CoreFilters().filters())
-
-
-# Ansible's template module renders with trim_blocks on and keeps the file's last newline.
-TEXT = jinja2.Environment(trim_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
-TEXT.filters.update(_filters())
-NATIVE = NativeEnvironment(undefined=jinja2.StrictUndefined)
-NATIVE.filters.update(_filters())
-NATIVE.tests.update(CoreTests().tests())  # the role vars use Ansible's tests (match, skipped)
-
-
-def _load(path: Path) -> dict[str, Any]:
-    return dict(yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
-
-
-def _resolve(values: Mapping[str, Any], context: dict[str, Any]) -> dict[str, Any]:
-    """Template the string values that hold Jinja expressions, as Ansible does lazily: a value that names
-    another one of ``values`` is resolved once that one is; one that needs what only a run has (a probe's
-    output) stays a template."""
-    out = dict(values)
-    pending = [k for k, v in values.items() if isinstance(v, str) and ("{{" in v or "{%" in v)]
-    for _ in range(len(pending) + 1):
-        left = []
-        for key in pending:
-            try:
-                out[key] = NATIVE.from_string(out[key]).render({**context, **out})
-            except jinja2.UndefinedError:
-                left.append(key)
-        if len(left) == len(pending):
-            break
-        pending = left
-    return out
-
-
-def _host_vars(inventory: Mapping[str, Any], host: str) -> dict[str, Any]:
-    def walk(group: Mapping[str, Any]) -> dict[str, Any] | None:
-        if host in group.get("hosts", {}):
-            return dict(group["hosts"][host] or {})
-        for child in group.get("children", {}).values():
-            found = walk(child)
-            if found is not None:
-                return found
-        return None
-
-    return walk(inventory["all"]) or {}
-
-
-def _groups(inventory: Mapping[str, Any]) -> dict[str, list[str]]:
-    groups: dict[str, list[str]] = {}
-
-    def walk(name: str, group: Mapping[str, Any]) -> list[str]:
-        hosts = list(group.get("hosts", {}))
-        for child_name, child in group.get("children", {}).items():
-            hosts += walk(child_name, child)
-        groups[name] = list(dict.fromkeys(hosts))
-        return groups[name]
-
-    walk("all", inventory["all"])
-    return groups
-
-
 def context(bp: Blueprint, host: str, role: str, **facts: Any) -> dict[str, Any]:
-    """Variables as Ansible would see them in ``role`` on ``host``: role defaults < host vars < role vars <
-    extravars, plus the facts the role's own tasks set before the template task."""
-    inventory, extravars = build_vars(bp, SshAccess("root"))  # what deploy and plan hand to site.yml
-    ctx: dict[str, Any] = {"inventory_hostname": host, "groups": _groups(inventory)}
-    ctx.update(_load(ROLES / role / "defaults" / "main.yml"))
-    ctx.update(_host_vars(inventory, host))
-    ctx.update(extravars)
-    ctx.update(facts)
-    ctx.update(_resolve(_load(ROLES / role / "vars" / "main.yml"), ctx))
-    ctx.update(extravars)
-    return {**ctx, **_resolve(ctx, ctx)}
-
-
-def render(role: str, template: str, ctx: Mapping[str, Any]) -> str:
-    return TEXT.from_string((ROLES / role / "templates" / template).read_text()).render(ctx)
+    """Variables as Ansible would see them in ``role`` on ``host`` (hpckit.deploy.render, which `hpckit expand`
+    uses), from what deploy and plan hand to site.yml, plus the facts the role's own tasks set."""
+    inventory, extravars = build_vars(bp, SshAccess("root"))
+    return host_context(Inventory(inventory), extravars, host, role, **facts)
 
 
 def task(role: str, tasks_file: str, name: str) -> dict[str, Any]:
@@ -196,20 +118,11 @@ def test_nccl_conf_for_roce_sets_the_gid_index(bp: Blueprint) -> None:
     assert "NCCL_IB_GID_INDEX=3\n" in text and "NCCL_DEBUG=WARN\n" in text and "SOCKET_IFNAME" not in text
 
 
-def _topology_filter() -> Any:
-    path = ROLES / "infiniband" / "filter_plugins" / "hpckit_topology.py"
-    spec = importlib.util.spec_from_file_location("hpckit_topology_filter", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.FilterModule().filters()["hpckit_topology_conf"]
-
-
 def test_topology_conf_from_the_recorded_fabric(bp: Blueprint) -> None:
     """The role's filter (hpckit's generator) on a recorded ibnetdiscover, for the cluster's Slurm nodes."""
     ctx = context(bp, "head01", "infiniband")
     assert ctx["infiniband_topology_nodes"] == GPU_NODES
-    conf = _topology_filter()(FABRIC.read_text(), ctx["infiniband_topology_nodes"])
+    conf = topology_filter()(FABRIC.read_text(), ctx["infiniband_topology_nodes"])
     assert conf == (
         "# Slurm topology.conf (TopologyPlugin=topology/tree), generated by hpckit from ibnetdiscover\n"
         "SwitchName=S-ec0d9a0300ec8240 Nodes=gpu[001-003]\n"
@@ -225,7 +138,7 @@ def test_topology_filter_names_an_unreadable_dump() -> None:
     from ansible.errors import AnsibleFilterError
 
     with pytest.raises(AnsibleFilterError, match="cannot read the ibnetdiscover output"):
-        _topology_filter()('Switch\t36 "S-00"\n[1]\tgarbage\n', GPU_NODES)
+        topology_filter()('Switch\t36 "S-00"\n[1]\tgarbage\n', GPU_NODES)
 
 
 # --- enroot + pyxis ------------------------------------------------------------------------------------------------
@@ -284,7 +197,7 @@ def fstab_line(bp: Blueprint, host: str) -> str:
     line = task("shared_fs", "client.yml", "Declare the mounts in fstab")["ansible.builtin.lineinfile"]["line"]
     ctx = context(bp, host, "shared_fs")
     (fs,) = ctx["shared_fs_nfs"]
-    return str(NATIVE.from_string(line).render({**ctx, "item": fs}))
+    return str(render_value(line, {**ctx, "item": fs}))
 
 
 def test_fstab_lines_mount_home_from_the_server_and_bind_it_on_the_server(bp: Blueprint) -> None:

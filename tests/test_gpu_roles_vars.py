@@ -185,13 +185,14 @@ def test_driver_dcgm_smoke_image_and_hooks_reach_the_roles(tmp_path: Path) -> No
 def test_merge_adds_host_vars_and_extravars_without_touching_the_inputs(repo: Path) -> None:
     from hpckit.deploy.gpu_vars import merge_gpu_vars
     from hpckit.deploy.inventory import SshAccess, build_extravars, build_inventory
+    from hpckit.deploy.render import Inventory
 
     bp = load_blueprint(repo / "blueprints" / "h100-ib.yaml")
     inventory, extravars = build_inventory(bp, SshAccess("root")), build_extravars(bp)
     before = yaml.safe_dump(inventory)
     merged, extra = merge_gpu_vars(bp, inventory, extravars)
     assert yaml.safe_dump(inventory) == before
-    node = merged["all"]["children"]["slurm_compute"]["children"]["partition_gpu"]["hosts"]["gpu002"]
+    node = Inventory(merged).variables("gpu002")
     assert node["hpckit_gpu_count"] == 8 and node["nvidia_gres_devices"][1]["cores"] == "56-111"
     assert merged["all"]["children"]["slurm_login"]["hosts"]["login01"]["enroot_pyxis_pyxis"] is True
     assert extra["slurm_nodes"] == extravars["slurm_nodes"] and extra["shared_fs_mode"] == "mount"

@@ -9,6 +9,7 @@ import yaml
 from hpckit.blueprint import load_blueprint, parse_blueprint
 from hpckit.deploy.inventory import LAB_SLURM_VARS, SshAccess, build_extravars, build_inventory, host_entries
 from hpckit.deploy.playvars import build_vars, with_health_conf
+from hpckit.deploy.render import Inventory
 
 ACCESS = SshAccess("root", 22, "/keys/id", "/keys/known_hosts")
 
@@ -19,9 +20,13 @@ def test_lab_inventory_groups_and_host_vars(repo: Path) -> None:
     children = inv["all"]["children"]
     assert set(children) == {"slurm_controller", "slurm_login", "slurm_compute", "slurm_dbd"}
     assert children["slurm_controller"]["hosts"] == {"ctl": {"ansible_host": "10.77.0.10"}}
-    nodes = children["slurm_compute"]["children"]["partition_gpu"]["hosts"]
-    assert list(nodes) == ["node1", "node2", "node3", "node4"]
-    assert nodes["node3"] == {"ansible_host": "10.77.0.23", "hpckit_gpu_count": 4, "hpckit_gpu_type": "lab"}
+    gpu = children["slurm_compute"]["children"]["partition_gpu"]
+    assert list(gpu["hosts"]) == ["node1", "node2", "node3", "node4"]
+    # What the hardware implies is the partition's, once; a host carries only its own address.
+    assert gpu["hosts"]["node3"] == {"ansible_host": "10.77.0.23"}
+    assert gpu["vars"] == {"hpckit_gpu_count": 4, "hpckit_gpu_type": "lab"}
+    seen = Inventory(inv).variables("node3")  # as Ansible merges them
+    assert seen["ansible_host"] == "10.77.0.23" and seen["hpckit_gpu_count"] == 4 and seen["ansible_user"] == "root"
     assert "UserKnownHostsFile=/keys/known_hosts" in inv["all"]["vars"]["ansible_ssh_common_args"]
     yaml.safe_load(yaml.safe_dump(inv))  # plain data, loadable by ansible-playbook -i
 
@@ -37,10 +42,18 @@ def test_lab_extravars(repo: Path) -> None:
             "threads_per_core": 1,
             "real_memory": 1000,
             "gres": "gpu:lab:4",
-            "addrs": "10.77.0.21,10.77.0.22,10.77.0.23,10.77.0.24",
+            "addrs": "10.77.0.[21-24]",
         }
     ]
-    assert ev["slurm_partitions"] == [{"name": "gpu", "nodes": "node[1-4]", "default": True, "max_time": "INFINITE"}]
+    assert ev["slurm_partitions"] == [
+        {
+            "name": "gpu",
+            "nodes": "node[1-4]",
+            "default": True,
+            "max_time": "INFINITE",
+            "settings": {"DefMemPerCPU": 500, "DefMemPerGPU": 250},  # 1000 MB over 2 CPUs and 4 GPUs
+        }
+    ]
     assert ev["slurm_controller_addr"] == "10.77.0.10" and ev["slurm_accounting"] is True
     for key, value in LAB_SLURM_VARS.items():
         assert ev[key] == value
@@ -105,7 +118,7 @@ def test_build_vars_wires_gpu_roles_and_health_into_the_lab(repo: Path) -> None:
         "ScronParameters": "enable",
         "SchedulerParameters": "batch_sched_delay=0,sched_min_interval=100000",
     }
-    node = inv["all"]["children"]["slurm_compute"]["children"]["partition_gpu"]["hosts"]["node1"]
+    node = Inventory(inv).variables("node1")
     assert node["hpckit_gpu_count"] == 4 and node["nvidia_gres_devices"] == [{"first": 0, "last": 3, "cores": ""}]
     assert "hpckit_health_infiniband" not in node  # no fabric in the lab
     assert build_inventory(bp, SshAccess("root")) != inv  # the contract's own builder stays untouched
@@ -117,7 +130,7 @@ def test_build_vars_of_a_real_cluster(repo: Path) -> None:
     assert ev["enroot_pyxis_enabled"] is True and ev["shared_fs_mode"] == "mount" and ev["nvidia_emulated"] is False
     overrides = ev["slurm_conf_overrides"]
     assert overrides["PriorityType"] == "priority/multifactor" and overrides["HealthCheckProgram"]
-    node = inv["all"]["children"]["slurm_compute"]["children"]["partition_gpu"]["hosts"]["gpu001"]
+    node = Inventory(inv).variables("gpu001")
     assert node["hpckit_health_infiniband"]["hcas"] == node["infiniband_hcas"]
     assert node["enroot_pyxis_enroot"] is True
     text = yaml.safe_dump(ev).lower()

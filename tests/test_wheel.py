@@ -13,10 +13,10 @@ import pytest
 IGNORED = (".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache")
 IGNORED += (".hypothesis",)
 PROBE = """
-from hpckit.paths import ansible_dir, templates_dir
+from hpckit.paths import ansible_dir, blueprints_dir, schema_file, templates_dir
 import hpckit, sys
 assert 'site-packages' in hpckit.__file__, hpckit.__file__
-print(ansible_dir()); print(templates_dir())
+print(ansible_dir()); print(templates_dir()); print(blueprints_dir()); print(schema_file())
 """
 
 
@@ -50,9 +50,15 @@ def test_wheel_installs_and_resolves_assets(repo: Path, tmp_path: Path) -> None:
     (Path(purelib) / "deps.pth").write_text(sysconfig.get_path("purelib") + "\n")
     subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True)
     done = subprocess.run([str(py), "-c", PROBE], capture_output=True, text=True, cwd=tmp_path, check=True)
-    ansible, templates = (Path(line) for line in done.stdout.split())
-    assert str(venv) in str(ansible) and str(venv) in str(templates)
+    ansible, templates, blueprints, schema = (Path(line) for line in done.stdout.split())
+    assert all(str(venv) in str(p) for p in (ansible, templates, blueprints, schema))
     assert _files(ansible) == _files(repo / "ansible")
     assert _files(templates) == _files(repo / "sbatch_templates")
+    assert _files(blueprints) == _files(repo / "blueprints")
+    assert schema.read_bytes() == (repo / "hpckit-blueprint.schema.json").read_bytes()
+    for example in blueprints.glob("*.yaml"):  # the `$schema` comment of each example finds the schema
+        assert (example.parent / "../hpckit-blueprint.schema.json").resolve() == schema.resolve()
+        done = subprocess.run([str(venv / "bin" / "hpckit"), "validate", str(example)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
     cli = subprocess.run([str(venv / "bin" / "hpckit"), "--version"], capture_output=True, text=True, check=True)
     assert "hpckit" in cli.stdout

@@ -42,7 +42,7 @@ class ClusterFacts:
 
 def facts_from_blueprint(bp: Blueprint, partition: str | None = None) -> ClusterFacts:
     part = _partition(bp, partition)
-    hw = part.hardware
+    hw = bp.hardware_in(part)
     gpu = hardware_table().gpu(hw.gpus.type) if hw.gpus else None
     ib = hw.infiniband
     return ClusterFacts(

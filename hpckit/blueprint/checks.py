@@ -59,9 +59,12 @@ class _Checker:
         return self.problems
 
     def _partitions(self) -> dict[str, Path_]:
+        """Each node declared (by a partition with `hardware:`) exactly once; every partition without
+        `hardware:` made only of declared nodes. Returns the declared nodes and where."""
         seen: dict[str, Path_] = {}
         names: dict[str, int] = {}
         defaults = 0
+        borrowers: list[tuple[Path_, list[str]]] = []
         for i, part in _items(self.data, "partitions"):
             path: Path_ = ("partitions", i)
             name = part.get("name")
@@ -71,14 +74,25 @@ class _Checker:
                 names.setdefault(name, i)
             defaults += part.get("default") is True
             hosts = _hosts(part.get("nodes"))
+            if part.get("hardware") is None:
+                borrowers.append((path, hosts))
+                continue
             for host in hosts:
                 if host in seen:
-                    self.add((*path, "nodes"), f"node {host!r} is also in {_fmt(seen[host])}")
+                    self.add((*path, "nodes"), f"node {host!r} is also in {_fmt(seen[host])}{_HINT}")
                 else:
                     seen[host] = path
             addrs = _addresses(part.get("addresses"))
             if addrs is not None and hosts and len(addrs) != len(hosts):
                 self.add((*path, "addresses"), f"{len(hosts)} nodes but {len(addrs)} addresses")
+        for path, hosts in borrowers:
+            missing = [h for h in hosts if h not in seen]
+            if missing:
+                self.add(
+                    (*path, "nodes"),
+                    f"{_few(missing)} not declared by any partition with hardware: (give this one hardware:, "
+                    "or declare the nodes in another partition)",
+                )
         if defaults > 1:
             self.add(("partitions",), f"{defaults} partitions are marked default; at most one may be")
         return seen
@@ -176,6 +190,14 @@ class _Checker:
         for i, part in _items(self.data, "partitions"):
             for addr in _addresses(part.get("addresses")) or []:
                 yield ("partitions", i, "addresses"), addr
+
+
+_HINT = "; to put a node in several partitions, leave hardware: out of the others"
+
+
+def _few(hosts: list[str]) -> str:
+    shown = ", ".join(repr(h) for h in hosts[:3])
+    return f"node {shown} is" if len(hosts) == 1 else f"nodes {shown}{' ...' if len(hosts) > 3 else ''} are"
 
 
 def _fmt(path: Path_) -> str:

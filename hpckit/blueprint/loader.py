@@ -16,14 +16,15 @@ from hpckit.blueprint.checks import cross_checks
 from hpckit.blueprint.errors import BlueprintError, Path_, Problem
 from hpckit.blueprint.models import Blueprint
 from hpckit.blueprint.refs import resolve_vars
-from hpckit.blueprint.source import Located, load_located
+from hpckit.blueprint.source import Located, decode, load_located
 
 
 def _read(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        data = path.read_bytes()
+    except OSError as exc:
         raise BlueprintError([Problem(str(path), 1, 1, "(document)", f"cannot read: {exc}")]) from None
+    return decode(data, str(path))
 
 
 def load_site_vars(paths: Iterable[Path]) -> dict[str, Any]:
@@ -31,6 +32,8 @@ def load_site_vars(paths: Iterable[Path]) -> dict[str, Any]:
     merged: dict[str, Any] = {}
     for path in paths:
         doc = load_located(_read(path), str(path))
+        if doc.problems:
+            raise BlueprintError(doc.problems)
         data = doc.data if isinstance(doc.data, dict) else None
         extra = sorted(set(data) - {"vars"}) if data is not None else []
         if extra:
@@ -53,7 +56,7 @@ def parse_blueprint(text: str, file: str = "<blueprint>", site_vars: dict[str, A
     if not isinstance(doc.data, dict):
         raise BlueprintError([doc.problem((), "a blueprint must be a YAML mapping (name:, provider:, ...)")])
     data, problems = resolve_vars(doc, site_vars or {})
-    problems += cross_checks(doc, data)
+    problems += doc.problems + cross_checks(doc, data)
     # A value whose reference failed is already reported; its type error would only repeat it.
     unresolved = {p.path for p in problems}
     try:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from functools import cached_property
 from typing import Annotated, Literal
 
 import hostlist
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from hpckit.errors import InputError
 from hpckit.hardware import hardware_table
 
 NAME_RE = r"^[A-Za-z][A-Za-z0-9_-]{0,62}$"
@@ -141,12 +143,23 @@ class Infiniband(Strict):
         return hardware_table().ib_rates[self.rate]
 
 
+def _whole(value: object) -> object:
+    """YAML reads 1e6 or 2.0 as a float: a whole one is an integer; any other stays and fails as one."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+Count = Annotated[int, BeforeValidator(_whole)]
+MAX_MEMORY_MB = 64 * 1024 * 1024  # 64 TiB: more than any single machine holds
+
+
 class Hardware(Strict):
-    cpus: int = Field(ge=1)
-    sockets: int = Field(1, ge=1)
-    cores_per_socket: int = Field(ge=1)
-    threads_per_core: int = Field(1, ge=1, le=8)
-    memory_mb: int = Field(ge=64, description="RealMemory Slurm may schedule, MB")
+    cpus: Count = Field(ge=1, le=65535)
+    sockets: Count = Field(1, ge=1, le=1024)
+    cores_per_socket: Count = Field(ge=1, le=65535)
+    threads_per_core: Count = Field(1, ge=1, le=8)
+    memory_mb: Count = Field(ge=64, le=MAX_MEMORY_MB, description="RealMemory Slurm may schedule, MB")
     gpus: Gpus | None = None
     infiniband: Infiniband | None = None
 
@@ -159,16 +172,78 @@ class Hardware(Strict):
             )
         return self
 
+    @property
+    def mem_per_cpu(self) -> int:
+        """DefMemPerCPU that shares the node's memory evenly over its CPUs, MB."""
+        return self.memory_mb // self.cpus
+
+    @property
+    def mem_per_gpu(self) -> int | None:
+        """DefMemPerGPU that shares the node's memory evenly over its GPUs, MB (None without GPUs)."""
+        return self.memory_mb // self.gpus.count if self.gpus is not None else None
+
+
+def _yes_no(value: object) -> object:
+    """YAML 1.1 reads a bare NO or YES as a boolean; Slurm means the word."""
+    return ("YES" if value else "NO") if isinstance(value, bool) else value
+
+
+# Slurm's time limits: minutes, M:S, H:M:S, D-H, D-H:M, D-H:M:S, or no limit.
+TIME_RE = r"^(INFINITE|UNLIMITED|\d+(:\d{1,2}){0,2}|\d+-\d{1,2}(:\d{1,2}){0,2})$"
+SlurmTime = Annotated[
+    str,
+    BeforeValidator(lambda v: str(v) if isinstance(v, int) and not isinstance(v, bool) else v),  # minutes
+    Field(pattern=TIME_RE, description="a Slurm time: MIN, H:M:S, D-H, D-H:M:S or INFINITE"),
+]
+# Account and QOS names as sacctmgr keeps them (no commas, spaces or '=' that would split the line).
+SlurmName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")]
+
+
+def minutes(limit: str) -> float:
+    """A Slurm time limit in minutes (infinity for no limit)."""
+    if limit in ("INFINITE", "UNLIMITED"):
+        return float("inf")
+    days, _, clock = limit.rpartition("-") if "-" in limit else ("", "", limit)
+    parts = [int(p) for p in clock.split(":")]
+    if days:  # D-H, D-H:M, D-H:M:S
+        parts += [0] * (3 - len(parts))
+        return int(days) * 1440 + parts[0] * 60 + parts[1] + parts[2] / 60
+    if len(parts) == 1:  # MIN
+        return parts[0]
+    if len(parts) == 2:  # M:S
+        return parts[0] + parts[1] / 60
+    return parts[0] * 60 + parts[1] + parts[2] / 60  # H:M:S
+
 
 class Partition(Strict):
+    """A Slurm partition. The one with `hardware:` declares its nodes; one without it takes nodes that other
+    partitions declare, so a node may be in several partitions and its hardware is written once."""
+
     name: Name
     nodes: str = Field(description="hostlist expression, e.g. gpu[001-016]")
     addresses: str | list[str] | None = Field(
         None, description="one IPv4 per node: a list or a hostlist of IPs, e.g. 10.0.0.[11-26]"
     )
-    hardware: Hardware
+    hardware: Hardware | None = Field(
+        None,
+        description="what each node has; leave it out for a partition of nodes that other partitions declare",
+    )
     default: bool = False
-    max_time: str = Field("INFINITE", pattern=r"^(INFINITE|UNLIMITED|\d+(-\d{1,2})?(:\d{1,2}){0,2})$")
+    max_time: SlurmTime = "INFINITE"
+    default_time: SlurmTime | None = Field(None, description="DefaultTime: a job's limit when it sets none")
+    oversubscribe: Annotated[str | None, BeforeValidator(_yes_no)] = Field(
+        None,
+        pattern=r"^(NO|EXCLUSIVE|YES(:\d+)?|FORCE(:\d+)?)$",
+        description="OverSubscribe: NO, EXCLUSIVE, YES[:N] or FORCE[:N] (Slurm's default: NO)",
+    )
+    allow_accounts: list[SlurmName] | None = Field(None, min_length=1, description="AllowAccounts (default: all)")
+    allow_qos: list[SlurmName] | None = Field(None, min_length=1, description="AllowQos (default: all)")
+    def_mem_per_cpu: Count | None = Field(
+        None, ge=0, le=MAX_MEMORY_MB, description="DefMemPerCPU, MB (default: the nodes' memory / CPUs; 0: none)"
+    )
+    def_mem_per_gpu: Count | None = Field(
+        None, ge=0, le=MAX_MEMORY_MB, description="DefMemPerGPU, MB (default on GPU nodes: memory / GPUs; 0: none)"
+    )
     containers: bool | None = Field(None, description="enroot + pyxis here (default: on where nodes have GPUs)")
 
     @field_validator("nodes")
@@ -184,6 +259,8 @@ class Partition(Strict):
     def _addresses(self) -> Partition:
         if self.addresses is None:
             return self
+        if self.hardware is None:
+            raise ValueError("addresses go with the partition that declares these nodes (the one with hardware:)")
         addrs = self.address_list()
         for addr in addrs:
             _ipv4(addr)
@@ -191,8 +268,18 @@ class Partition(Strict):
             raise ValueError(f"{len(self.hostnames())} nodes but {len(addrs)} addresses")
         return self
 
+    @model_validator(mode="after")
+    def _times(self) -> Partition:
+        if self.default_time is not None and minutes(self.default_time) > minutes(self.max_time):
+            raise ValueError(f"default_time {self.default_time} is longer than max_time {self.max_time}")
+        return self
+
+    @cached_property
+    def _hosts(self) -> tuple[str, ...]:
+        return tuple(expand_hosts(self.nodes))
+
     def hostnames(self) -> list[str]:
-        return expand_hosts(self.nodes)
+        return list(self._hosts)
 
     def address_list(self) -> list[str]:
         if self.addresses is None:
@@ -270,9 +357,15 @@ class ExistingFilesystem(Strict):
 Filesystem = Annotated[NfsFilesystem | ExistingFilesystem, Field(discriminator="type")]
 
 
+# enroot and pyxis release numbers as NVIDIA tags them (3.5.0, 0.20.0); the roles compare them with what a
+# node has installed and build file names from them, so nothing else may pass.
+RELEASE_RE = r"^[0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,4}$"
+_ENROOT_DEB_VERSION = re.compile(r"(?:^|/)enroot_([^_/]+?)(?:-[^-_/]+)?_[^/]*\.deb$")
+
+
 class Enroot(Strict):
     package: str | None = Field(None, description="URL or local path of the enroot .deb (pinned)")
-    version: str = "3.5.0"
+    version: str = Field("3.5.0", pattern=RELEASE_RE, description="enroot release, e.g. 3.5.0")
     runtime_path: AbsPath = "/run/enroot/user-$(id -u)"
     cache_path: AbsPath = "/raid/enroot/cache/group-$(id -g)"
     data_path: AbsPath = "/raid/enroot/data/user-$(id -u)"
@@ -282,9 +375,16 @@ class Enroot(Strict):
         "come with enroot)",
     )
 
+    @model_validator(mode="after")
+    def _package_matches(self) -> Enroot:
+        found = _ENROOT_DEB_VERSION.search(self.package or "")
+        if found is not None and found.group(1) != self.version:
+            raise ValueError(f"package {self.package} is enroot {found.group(1)}, but version is {self.version}")
+        return self
+
 
 class Pyxis(Strict):
-    version: str = "0.20.0"
+    version: str = Field("0.20.0", pattern=RELEASE_RE, description="pyxis release, e.g. 0.20.0")
     source: str | None = Field(None, description="URL or local path of the pyxis source tarball")
 
 
@@ -321,6 +421,17 @@ class HealthSettings(Strict):
         None, description="allow out-of-band checks over SSH from the sweep host (the lab sets its own key)"
     )
 
+    @field_validator("nightly")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        from hpckit.health.schedule import parse_cron  # the parser the sweep schedules itself with
+
+        try:
+            parse_cron(value)
+        except InputError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
 
 # --- the blueprint ---------------------------------------------------------------------------------------
 
@@ -347,14 +458,61 @@ class Blueprint(Strict):
         return self.slurm.cluster_name or self.name
 
     def compute_hosts(self) -> list[tuple[Partition, str, str | None]]:
-        """Every compute node as (partition, hostname, address or None)."""
-        out: list[tuple[Partition, str, str | None]] = []
-        for part in self.partitions:
-            addrs: list[str | None] = list(part.address_list()) or [None] * len(part.hostnames())
-            out.extend((part, host, addr) for host, addr in zip(part.hostnames(), addrs, strict=True))
-        return out
+        """Every compute node once, as (the partition that declares it, hostname, address or None)."""
+        return list(self._nodes.values())
+
+    def node(self, host: str) -> tuple[Partition, str, str | None] | None:
+        """A compute node's (declaring partition, hostname, address); None for any other host."""
+        return self._nodes.get(host)
+
+    def partitions_of(self, host: str) -> list[Partition]:
+        """Every partition a compute node is in, in blueprint order."""
+        return list(self._memberships.get(host, ()))
+
+    def hardware_in(self, part: Partition) -> Hardware:
+        """What the nodes of a partition have: its own `hardware:`, or that of the partition declaring its
+        first node (a partition that takes nodes from others)."""
+        if part.hardware is not None:
+            return part.hardware
+        for host in part.hostnames():
+            found = self._nodes.get(host)
+            if found is not None and found[0].hardware is not None:
+                return found[0].hardware
+        raise ValueError(f"partition {part.name!r}: none of its nodes is declared with hardware")
+
+    def node_hardware(self, part: Partition) -> list[Hardware]:
+        """The distinct hardware of a partition's nodes, in order of first appearance."""
+        if part.hardware is not None:
+            return [part.hardware]
+        seen: dict[int, Hardware] = {}
+        for host in part.hostnames():
+            found = self._nodes.get(host)
+            if found is not None and found[0].hardware is not None:
+                seen.setdefault(id(found[0]), found[0].hardware)
+        return list(seen.values())
 
     def containers_on(self, part: Partition) -> bool:
         if part.containers is not None:
             return part.containers
-        return self.containers.enabled and part.hardware.gpus is not None
+        return self.containers.enabled and any(hw.gpus is not None for hw in self.node_hardware(part))
+
+    # Built once: deploy, plan and expand look nodes up per host, which must not cost a pass over the fleet.
+    @cached_property
+    def _nodes(self) -> dict[str, tuple[Partition, str, str | None]]:
+        out: dict[str, tuple[Partition, str, str | None]] = {}
+        for part in self.partitions:
+            if part.hardware is None:
+                continue
+            hosts = part.hostnames()
+            addrs: list[str | None] = list(part.address_list()) or [None] * len(hosts)
+            for host, addr in zip(hosts, addrs, strict=True):
+                out.setdefault(host, (part, host, addr))
+        return out
+
+    @cached_property
+    def _memberships(self) -> dict[str, tuple[Partition, ...]]:
+        out: dict[str, list[Partition]] = {}
+        for part in self.partitions:
+            for host in part.hostnames():
+                out.setdefault(host, []).append(part)
+        return {host: tuple(parts) for host, parts in out.items()}

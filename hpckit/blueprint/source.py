@@ -3,6 +3,7 @@
 libyaml composes the node tree (fast, with marks); we construct the data ourselves so that each value
 keeps its position. Duplicate keys, recursive aliases and alias bombs are reported as problems
 instead of being silently accepted or hanging.
+A blueprint is UTF-8 text: `decode` reports a byte that is not at its line and column.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ class Located:
     data: Any
     values: dict[Path_, Mark] = field(default_factory=dict)
     keys: dict[Path_, Mark] = field(default_factory=dict)
+    # Problems that leave the data usable (a duplicate key keeps its last value): reported with the rest.
+    problems: list[Problem] = field(default_factory=list)
 
     def mark(self, path: Path_, *, key: bool = False) -> Mark:
         """Position of `path`, falling back to its nearest located ancestor."""
@@ -115,13 +118,29 @@ class _TooBig(Exception):
     pass
 
 
+def decode(data: bytes, file: str) -> str:
+    """UTF-8 text of a file, or BlueprintError at the line and column of the first byte that is not."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        start = data.rfind(b"\n", 0, exc.start) + 1
+        line = data.count(b"\n", 0, exc.start) + 1
+        col = len(data[start : exc.start].decode("utf-8", errors="replace")) + 1
+        bad = data[exc.start : exc.end].hex(" ")
+        message = f"byte {bad} is not UTF-8 ({exc.reason}); a blueprint is UTF-8 text"
+        raise BlueprintError([Problem(file, line, col, "(document)", message)]) from None
+
+
 def _line_col(text: str, position: int) -> tuple[int, int]:
     before = text[:position]
     return before.count("\n") + 1, position - (before.rfind("\n") + 1) + 1
 
 
 def load_located(text: str, file: str) -> Located:
-    """Parse one YAML document; raise BlueprintError (located) on any YAML-level problem."""
+    """Parse one YAML document; raise BlueprintError (located) when it cannot be read as YAML at all.
+
+    Problems that still leave a document (duplicate keys, recursive aliases, bad scalars) are kept in
+    `Located.problems`, so that the caller reports them beside the rest of what is wrong."""
     try:
         node = yaml.compose(text, Loader=_Loader)
     except yaml.MarkedYAMLError as exc:
@@ -147,6 +166,5 @@ def load_located(text: str, file: str) -> Located:
         ) from None
     except RecursionError:
         raise BlueprintError([Problem(file, 1, 1, "(document)", "nesting too deep")]) from None
-    if builder.problems:
-        raise BlueprintError(builder.problems)
+    builder.out.problems = builder.problems
     return builder.out

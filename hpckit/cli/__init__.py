@@ -23,6 +23,7 @@ HOMES = {
     "deploy": "deploy",
     "plan": "deploy",
     "destroy": "deploy",
+    "expand": "deploy",
     "results": "results",
     "templates": "jobs",
     "render": "jobs",

@@ -161,4 +161,36 @@ def destroy_cmd(blueprint: Path, site_files: tuple[Path, ...]) -> None:
     click.echo(f"lab {bp.name!r} is down")
 
 
-COMMANDS = [deploy_cmd, plan_cmd, destroy_cmd]
+@click.command("expand")
+@blueprint_arg
+@site_option
+@click.option("--output", "-o", required=True, type=click.Path(file_okay=False, path_type=Path), help="folder to write")
+@click.option(
+    "--fabric",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="ibnetdiscover output of the fabric: writes topology.conf (and TopologyPlugin) as a deploy would",
+)
+@click.option("--no-configs", is_flag=True, help="only the inventory and the variables")
+@click.option("--json", "as_json", is_flag=True, help="print what was written as JSON")
+def expand_cmd(
+    blueprint: Path, site_files: tuple[Path, ...], output: Path, fabric: Path | None, no_configs: bool, as_json: bool
+) -> None:
+    """Write the inventory, the variables and every config the roles would write (slurm.conf, gres.conf,
+    cgroup.conf, topology.conf, nccl.conf ...) into a folder, contacting no host: for review and GitOps."""
+    from hpckit.deploy.expand import expand
+
+    bp = _load(blueprint, site_files)
+    fabric_text = fabric.read_text(errors="replace") if fabric else None
+    done = expand(bp, output, fabric=fabric_text, configs=not no_configs)
+    if as_json:
+        files = [{"path": f"files/{f.path}", "dest": f.dest, "hosts": f.hosts} for f in done.files]
+        report = {"folder": str(output), "hosts": done.hosts, "files": files, "timings_s": done.timings_s}
+        click.echo(json.dumps(report))
+        return
+    click.echo(f"{output}/inventory.yml, extravars.yml ({done.hosts} compute nodes)")
+    for item in done.files:
+        click.echo(f"{output}/files/{item.path}  -> {item.dest} on {item.hosts}")
+    click.echo(f"{len(done.files)} configs; what each assumes is in {output}/files.yml")
+
+
+COMMANDS = [deploy_cmd, plan_cmd, destroy_cmd, expand_cmd]

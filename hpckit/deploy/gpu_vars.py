@@ -9,14 +9,13 @@ or built there).
 
 from __future__ import annotations
 
-import copy
 import ipaddress
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hpckit.blueprint.models import Blueprint, Enroot, Gpus, Hardware, LabProvider, NfsFilesystem, Partition
-from hpckit.deploy.inventory import HostEntry, host_entries
+from hpckit.deploy.inventory import HostEntry, host_entries, partition_groups
 from hpckit.deploy.topology import default_hostname, topology_conf
 from hpckit.health.parsers import parse_ibnetdiscover
 
@@ -52,10 +51,10 @@ def gpu_extravars(bp: Blueprint) -> dict[str, Any]:
 
 def gpu_host_vars(bp: Blueprint, host: str) -> dict[str, Any]:
     """What the roles need to know about one host beyond the lead inventory's hpckit_gpu_* vars."""
-    part = next((p for p, name, _ in bp.compute_hosts() if name == host), None)
+    node = bp.node(host)
     out: dict[str, Any] = {}
-    if part is not None:
-        out.update(_node_vars(bp, part))
+    if node is not None:
+        out.update(_node_vars(bp, node[0]))
     elif _is_login(bp, host) and any(bp.containers_on(p) for p in bp.partitions):
         out["enroot_pyxis_pyxis"] = True  # srun/sbatch on a login node parse the --container-* options
     return out
@@ -65,12 +64,19 @@ def merge_gpu_vars(
     bp: Blueprint, inventory: Mapping[str, Any], extravars: Mapping[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The inventory and extravars that ``build_inventory`` / ``build_extravars`` made, with these roles'
-    variables added (copies; the inputs are left alone)."""
-    merged = copy.deepcopy(dict(inventory))
+    variables added (copies; the inputs are left alone): a node's as group variables of the partition
+    that declares it (once per partition, not per host), any other host's as its host variables."""
+    merged: dict[str, Any] = _plain_copy(dict(inventory))
+    for _, (part, group) in partition_groups(bp, merged).items():
+        extra = _node_vars(bp, part)
+        if extra:
+            group["vars"] = {**group.get("vars", {}), **extra}
 
     def add(group: dict[str, Any]) -> None:
-        for host, host_vars in group.get("hosts", {}).items():
-            group["hosts"][host] = {**(host_vars or {}), **gpu_host_vars(bp, host)}
+        hosts = group.get("hosts", {})
+        for host, own in hosts.items():
+            if bp.node(host) is None:
+                hosts[host] = {**(own or {}), **gpu_host_vars(bp, host)}
         for child in group.get("children", {}).values():
             add(child)
 
@@ -78,8 +84,17 @@ def merge_gpu_vars(
     return merged, {**extravars, **gpu_extravars(bp)}
 
 
+def _plain_copy(value: Any) -> Any:
+    """A copy of plain data (dicts, lists, scalars), at a fifth of copy.deepcopy's cost."""
+    if isinstance(value, dict):
+        return {k: _plain_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain_copy(v) for v in value]
+    return value
+
+
 def _node_vars(bp: Blueprint, part: Partition) -> dict[str, Any]:
-    hw = part.hardware
+    hw = bp.hardware_in(part)
     out: dict[str, Any] = {}
     if hw.gpus is not None:
         out["nvidia_gres_devices"] = gres_devices(hw)
@@ -138,7 +153,7 @@ def gres_devices(hw: Hardware) -> list[dict[str, Any]]:
 def _first_ib_host(bp: Blueprint) -> str:
     """ibnetdiscover runs on one node: the first one with HCAs ("" when no partition declares any)."""
     for part, host, _ in bp.compute_hosts():
-        if part.hardware.infiniband is not None:
+        if bp.hardware_in(part).infiniband is not None:
             return host
     return ""
 

@@ -3,12 +3,13 @@ ansible/README.md). The same two documents work with hpckit's runner and with pl
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 import hostlist
 
-from hpckit.blueprint.models import Blueprint, LabProvider, Partition
+from hpckit.blueprint.models import Blueprint, Hardware, LabProvider, Partition
 from hpckit.hardware import hardware_table
 from hpckit.lab.blueprint import spec_from_blueprint
 
@@ -53,21 +54,21 @@ def host_entries(bp: Blueprint) -> list[HostEntry]:
     return [HostEntry(e.name, lab[e.name], e.role, e.partition) for e in entries]
 
 
-def _host_vars(entry: HostEntry, bp: Blueprint) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if entry.address:
-        out["ansible_host"] = entry.address
-    part = next((p for p in bp.partitions if p.name == entry.partition), None)
-    if part is not None and part.hardware.gpus is not None:
-        gpu = hardware_table().gpus[part.hardware.gpus.type]
-        out["hpckit_gpu_count"] = part.hardware.gpus.count
-        out["hpckit_gpu_type"] = gpu.gres
-    return out
+def _node_vars(hw: Hardware) -> dict[str, Any]:
+    """The contract's variables that come from a node's hardware."""
+    if hw.gpus is None:
+        return {}
+    return {"hpckit_gpu_count": hw.gpus.count, "hpckit_gpu_type": hardware_table().gpus[hw.gpus.type].gres}
 
 
 def build_inventory(bp: Blueprint, access: SshAccess) -> dict[str, Any]:
-    entries = host_entries(bp)
-    by_name = {e.name: e for e in entries}
+    """Groups slurm_controller, slurm_login, slurm_compute (one child group per partition) and slurm_dbd.
+
+    What a node's hardware implies is a group variable of the partition that declares it, not a host
+    variable of each node: the inventory of 10,000 nodes stays one line per host. A node in several
+    partitions is in each of their groups; only its declaring partition's group carries variables.
+    """
+    entries = {e.name: e for e in host_entries(bp)}
     all_vars: dict[str, Any] = {
         "ansible_user": access.user,
         "ansible_port": access.port,
@@ -80,14 +81,18 @@ def build_inventory(bp: Blueprint, access: SshAccess) -> dict[str, Any]:
             f"-o UserKnownHostsFile={access.known_hosts} -o StrictHostKeyChecking=accept-new"
         )
 
-    def group(names: list[str]) -> dict[str, Any]:
-        return {"hosts": {n: _host_vars(by_name[n], bp) for n in names}}
+    def group(names: list[str], group_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        hosts = {n: ({"ansible_host": a} if (a := entries[n].address) else {}) for n in names if n in entries}
+        return {"hosts": hosts, **({"vars": group_vars} if group_vars else {})}
 
     children: dict[str, Any] = {
         "slurm_controller": group([bp.controller.host]),
         "slurm_login": group([h.host for h in bp.login]),
         "slurm_compute": {
-            "children": {f"partition_{p.name}": group(p.hostnames()) for p in bp.partitions},
+            "children": {
+                f"partition_{p.name}": group(p.hostnames(), _node_vars(p.hardware) if p.hardware else None)
+                for p in bp.partitions
+            },
         },
     }
     if bp.slurm.accounting:
@@ -95,10 +100,18 @@ def build_inventory(bp: Blueprint, access: SshAccess) -> dict[str, Any]:
     return {"all": {"vars": all_vars, "children": children}}
 
 
-def _node_line(part: Partition, addresses: list[str]) -> dict[str, Any]:
-    hw = part.hardware
+def partition_groups(bp: Blueprint, inventory: dict[str, Any]) -> dict[str, tuple[Partition, dict[str, Any]]]:
+    """The inventory group of each partition that declares nodes: group name -> (partition, group)."""
+    groups = inventory["all"]["children"]["slurm_compute"]["children"]
+    return {
+        name: (p, groups[name]) for p in bp.partitions if p.hardware is not None and (name := f"partition_{p.name}")
+    }
+
+
+def _node_line(names: list[str], hw: Hardware, addresses: list[str]) -> dict[str, Any]:
+    """One NodeName line: the nodes as a hostlist, their addresses in the same order (compressed too)."""
     entry: dict[str, Any] = {
-        "names": hostlist.collect_hostlist(part.hostnames()),
+        "names": hostlist.collect_hostlist(names),
         "cpus": hw.cpus,
         "sockets": hw.sockets,
         "cores_per_socket": hw.cores_per_socket,
@@ -107,10 +120,58 @@ def _node_line(part: Partition, addresses: list[str]) -> dict[str, Any]:
         "gres": "",
     }
     if addresses:
-        entry["addrs"] = ",".join(addresses)
+        # Slurm pairs NodeAddr with NodeName in expansion order: order the addresses as the hostlist expands.
+        where = dict(zip(names, addresses, strict=True))
+        entry["addrs"] = ordered_hostlist([where[n] for n in hostlist.expand_hostlist(entry["names"])])
     if hw.gpus is not None:
         entry["gres"] = f"gpu:{hardware_table().gpus[hw.gpus.type].gres}:{hw.gpus.count}"
     return entry
+
+
+def ordered_hostlist(names: list[str]) -> str:
+    """A hostlist expression that expands to exactly ``names``, in their order (python-hostlist's
+    collect_hostlist sorts): runs of names that differ only in a trailing number counting up by one
+    become prefix[first-last]."""
+    runs: list[tuple[str, str, str]] = []  # prefix, first number, last number
+    for name in names:
+        match = _TRAILING_NUMBER.match(name)
+        prefix, number = (match.group(1), match.group(2)) if match else (name, "")
+        if runs and number and runs[-1][0] == prefix and runs[-1][2] and _follows(runs[-1][2], number):
+            runs[-1] = (prefix, runs[-1][1], number)
+        else:
+            runs.append((prefix, number, number))
+    parts = [f"{p}{a}" if a == b else f"{p}[{a}-{b}]" for p, a, b in runs]
+    return ",".join(parts)
+
+
+_TRAILING_NUMBER = re.compile(r"^(.*?)(\d+)$")
+
+
+def _follows(last: str, number: str) -> bool:
+    same_width = len(number) == len(last) or not (last.startswith("0") or number.startswith("0"))
+    return same_width and int(number) == int(last) + 1
+
+
+def partition_settings(bp: Blueprint, part: Partition) -> dict[str, str | int]:
+    """A PartitionName line's settings beyond Nodes/Default/MaxTime, in slurm.conf's spelling.
+
+    Memory defaults come from the nodes' declared hardware, so that a job that asks for no memory gets its
+    share instead of the whole node (which would leave the node's other CPUs idle): DefMemPerCPU is the
+    memory per CPU of the partition's smallest node, and on GPU partitions DefMemPerGPU is its memory per
+    GPU. Either can be set in the blueprint; 0 leaves it out (Slurm's default: the whole node).
+    """
+    hardware = bp.node_hardware(part)
+    per_cpu = min((hw.mem_per_cpu for hw in hardware), default=0)
+    per_gpu = min((m for hw in hardware if (m := hw.mem_per_gpu) is not None), default=0)
+    wanted: dict[str, str | int | None] = {
+        "DefaultTime": part.default_time,
+        "DefMemPerCPU": per_cpu if part.def_mem_per_cpu is None else part.def_mem_per_cpu,
+        "DefMemPerGPU": per_gpu if part.def_mem_per_gpu is None else part.def_mem_per_gpu,
+        "OverSubscribe": part.oversubscribe,
+        "AllowAccounts": ",".join(part.allow_accounts) if part.allow_accounts else None,
+        "AllowQos": ",".join(part.allow_qos) if part.allow_qos else None,
+    }
+    return {k: v for k, v in wanted.items() if v not in (None, 0, "")}
 
 
 def build_extravars(bp: Blueprint) -> dict[str, Any]:
@@ -119,8 +180,12 @@ def build_extravars(bp: Blueprint) -> dict[str, Any]:
     addr = {e.name: e.address for e in entries}
     nodes = []
     for part in bp.partitions:
-        addrs = [a for h in part.hostnames() if (a := addr.get(h))]
-        nodes.append(_node_line(part, addrs if len(addrs) == len(part.hostnames()) else []))
+        if part.hardware is None:
+            continue  # its nodes have their NodeName line with the partition that declares them
+        hosts = part.hostnames()
+        addrs = [a for h in hosts if (a := addr.get(h))]
+        nodes.append(_node_line(hosts, part.hardware, addrs if len(addrs) == len(hosts) else []))
+    default = next((p.name for p in bp.partitions if p.default), bp.partitions[0].name)
     out: dict[str, Any] = {
         "hpckit_cluster_name": bp.cluster_name,
         "hpckit_lab": isinstance(bp.provider, LabProvider),
@@ -133,10 +198,11 @@ def build_extravars(bp: Blueprint) -> dict[str, Any]:
             {
                 "name": p.name,
                 "nodes": hostlist.collect_hostlist(p.hostnames()),
-                "default": p.default or (i == 0 and not any(q.default for q in bp.partitions)),
+                "default": p.name == default,
                 "max_time": p.max_time,
+                "settings": partition_settings(bp, p),
             }
-            for i, p in enumerate(bp.partitions)
+            for p in bp.partitions
         ],
         "slurm_conf_overrides": {k: _conf_value(v) for k, v in bp.slurm.conf.items()},
     }

@@ -12,7 +12,7 @@ from typing import Any
 
 from hpckit.blueprint.models import Blueprint
 from hpckit.deploy.gpu_vars import merge_gpu_vars
-from hpckit.deploy.inventory import SshAccess, build_extravars, build_inventory
+from hpckit.deploy.inventory import SshAccess, build_extravars, build_inventory, partition_groups
 from hpckit.deploy.release_vars import release_extravars
 from hpckit.health.deployvars import health_extravars, health_host_vars, slurm_conf_lines
 
@@ -39,10 +39,8 @@ def with_health_conf(bp: Blueprint, overrides: Mapping[str, str]) -> dict[str, s
 
 
 def _add_health_host_vars(bp: Blueprint, inventory: dict[str, Any]) -> None:
-    """Each compute host's health expectations, next to its other host vars (in place)."""
-    groups = inventory["all"]["children"]["slurm_compute"]["children"]
-    for part in bp.partitions:
-        hosts = groups[f"partition_{part.name}"]["hosts"]
+    """Each partition's health expectations, as variables of its group (in place)."""
+    for part, group in partition_groups(bp, inventory).values():
         extra = health_host_vars(part)
-        for name in part.hostnames():
-            hosts[name] = {**(hosts.get(name) or {}), **extra}
+        if extra:
+            group["vars"] = {**group.get("vars", {}), **extra}

@@ -28,8 +28,8 @@ def health_extravars(bp: Blueprint) -> dict[str, Any]:
 
 def health_host_vars(part: Partition) -> dict[str, Any]:
     """Per compute host: the InfiniBand it must have (GPUs already travel as hpckit_gpu_type/count)."""
-    ib = part.hardware.infiniband
-    if ib is None:
+    ib = part.hardware.infiniband if part.hardware is not None else None
+    if ib is None:  # also a partition of nodes declared elsewhere: they get these vars there
         return {}
     return {"hpckit_health_infiniband": {"hcas": list(ib.hcas), "rate_gbps": ib.rate_gbps, "roce": ib.roce}}
 

@@ -39,7 +39,7 @@ class _Hardware(Protocol):
 
 class _Partition(Protocol):
     @property
-    def hardware(self) -> _Hardware: ...
+    def hardware(self) -> _Hardware | None: ...  # None: a partition of nodes that others declare
 
 
 class _Filesystem(Protocol):
@@ -101,7 +101,7 @@ def _every_host(bp: BlueprintLike) -> Iterator[tuple[str, str | None, int]]:
     for login in bp.login:
         yield login.host, login.address, 0
     for partition, name, address in bp.compute_hosts():
-        gpus = partition.hardware.gpus
+        gpus = partition.hardware.gpus if partition.hardware is not None else None
         yield name, address, gpus.count if gpus is not None else 0
 
 

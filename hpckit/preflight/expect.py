@@ -65,7 +65,7 @@ def expectations(bp: Blueprint, gpu_driver: str = "") -> Expectations:
     plans = []
     for entry in host_entries(bp):
         part = parts.get(entry.partition or "")
-        hardware = part.hardware if part is not None else None
+        hardware = bp.hardware_in(part) if part is not None else None
         driver = gpu_driver or (pinned_driver(hardware.gpus) if hardware and hardware.gpus else "")
         disks = _disks(bp, entry.name, entry.role, part is not None and bp.containers_on(part))
         plans.append(HostPlan(entry.name, entry.address or entry.name, entry.role, hardware, driver, disks, mounts))

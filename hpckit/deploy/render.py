@@ -1,0 +1,399 @@
+"""Every config the roles write, rendered offline from the inventory and extravars a deploy would use.
+
+The templates are the roles' own (ansible/roles/*/templates), rendered with Ansible's options (trim_blocks,
+the file's last newline kept) and its filters and tests, fed what Ansible would give them: role defaults
+(those of the roles a role depends on first) < group vars < host vars < role vars < the facts the role's
+own tasks set before writing < extravars. So what `hpckit expand` shows cannot drift from what a deploy
+writes. Nothing is contacted: what only a run can learn is assumed, and each assumption is listed in
+`CONFIGS` beside the file it shapes.
+
+Hosts that get the same variables get the same files, so files are rendered once per host class: the
+cluster (files every Slurm host holds the same, e.g. slurm.conf), the controller, each login host, and the
+nodes of each partition that declares hardware (named by their hostlist in the file headers).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import hostlist
+import jinja2
+import yaml
+from jinja2.nativetypes import NativeEnvironment
+
+from hpckit.paths import ansible_dir
+
+# What deploy puts in slurmdbd.conf from the machine that deploys: never rendered here.
+SECRET = "<secret: written by deploy, never shown>"
+
+
+@dataclass(frozen=True)
+class Config:
+    """One file a role writes: its template, where it lands, on which hosts and under which assumptions."""
+
+    role: str
+    template: str
+    dest: str  # Jinja text, rendered in the host's variables
+    scope: str  # cluster | controller | login | dbd | compute
+    when: str = "true"  # Jinja expression in the host's variables, as the role's task checks it
+    facts: Mapping[str, Any] = field(default_factory=dict)  # what the role learns at run time, assumed
+    assumes: str = ""
+
+
+CONFIGS: tuple[Config, ...] = (
+    Config(
+        "slurm_common",
+        "slurm.conf.j2",
+        "{{ slurm_conf_dir }}/slurm.conf",
+        "cluster",
+        assumes="TopologyPlugin only when a fabric dump was given (the infiniband role reads the fabric)",
+    ),
+    Config("slurm_compute", "cgroup.conf.j2", "{{ slurm_conf_dir }}/cgroup.conf", "compute"),
+    Config(
+        "slurm_compute", "gres.conf.j2", "{{ slurm_conf_dir }}/gres.conf", "compute", when="slurm_compute_writes_gres"
+    ),
+    Config(
+        "nvidia",
+        "gres.conf.j2",
+        "{{ nvidia_gres_path }}",
+        "compute",
+        when="nvidia_gpu_count | int > 0",
+        facts={"nvidia_probe": {"stdout_lines": []}},
+        assumes="File= lines; a Slurm built with NVML gets AutoDetect=nvml instead (nvidia_gres_autodetect)",
+    ),
+    Config(
+        "infiniband",
+        "nccl.conf.j2",
+        "{{ infiniband_nccl_conf }}",
+        "compute",
+        when="infiniband_hcas | length > 0",
+        facts={"infiniband_nccl_socket_ifname": ""},
+        assumes="NCCL_SOCKET_IFNAME is the interface of the node's address, found on the node",
+    ),
+    Config("enroot_pyxis", "enroot.conf.j2", "/etc/enroot/enroot.conf", "compute", when="enroot_pyxis_enroot"),
+    Config(
+        "enroot_pyxis",
+        "tmpfiles.conf.j2",
+        "/etc/tmpfiles.d/enroot.conf",
+        "compute",
+        when="enroot_pyxis_enroot and enroot_pyxis_base_dirs | select('match', '^/run/') | list | length > 0",
+    ),
+    *(
+        Config("enroot_pyxis", template, dest, scope, when="enroot_pyxis_pyxis")
+        for template, dest in (
+            ("plugstack.conf.j2", "{{ enroot_pyxis_slurm_conf_dir }}/plugstack.conf"),
+            ("pyxis.conf.j2", "{{ enroot_pyxis_slurm_conf_dir }}/plugstack.conf.d/pyxis.conf"),
+        )
+        for scope in ("compute", "login")
+    ),
+    *(
+        Config("shared_fs", "exports.j2", "{{ shared_fs_exports_file }}", scope, when="shared_fs_served | length > 0")
+        for scope in ("controller", "login")
+    ),
+    Config(
+        "slurm_accounting",
+        "slurmdbd.conf.j2",
+        "{{ slurm_conf_dir }}/slurmdbd.conf",
+        "dbd",
+        facts={"slurm_accounting_db_password": SECRET},
+        assumes="StoragePass is the database password deploy keeps on the controller",
+    ),
+    Config("slurm_accounting", "mariadb.cnf.j2", "{{ slurm_accounting_mariadb_conf }}", "dbd"),
+    *(
+        Config("hpckit_health", "health.json.j2", "{{ hpckit_health_config_dir }}/health.json", scope)
+        for scope in ("compute", "login")
+    ),
+)
+
+
+@dataclass(frozen=True)
+class HostClass:
+    """Hosts that get the same files: a name for file headers and output folders, and the hosts."""
+
+    label: str  # inventory_hostname in the templates: a hostname, or the class's hostlist
+    folder: str
+    hosts: tuple[str, ...]
+    scope: str  # cluster | controller | login | compute
+
+
+@dataclass(frozen=True)
+class Rendered:
+    path: str  # relative to the output folder
+    dest: str  # where the role writes it
+    hosts: str  # hostlist of the hosts that get it
+    role: str
+    template: str
+    text: str
+    assumes: str
+
+
+# --- Ansible's view of one host -------------------------------------------------------------------------------
+
+
+def _filters() -> dict[str, Any]:
+    from ansible.plugins.filter.core import FilterModule as Core
+    from ansible.plugins.filter.mathstuff import FilterModule as Math
+
+    return {**Core().filters(), **Math().filters()}
+
+
+@cache
+def _environments() -> tuple[jinja2.Environment, NativeEnvironment]:
+    from ansible.plugins.test.core import TestModule
+
+    # Ansible's template module renders with trim_blocks on and keeps the file's last newline.
+    text = jinja2.Environment(trim_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    native = NativeEnvironment(undefined=jinja2.StrictUndefined)
+    for env in (text, native):
+        # Where Ansible 2.19 replaces a Jinja builtin (default, map, select, defined ...) with its own, which
+        # expects Ansible's templar, Jinja's works the same for plain data: keep it.
+        env.filters.update({k: v for k, v in _filters().items() if k not in env.filters})
+        env.tests.update({k: v for k, v in TestModule().tests().items() if k not in env.tests})
+    return text, native
+
+
+def _yaml(path: Path) -> dict[str, Any]:
+    return dict(_read_yaml(path))
+
+
+@cache
+def _read_yaml(path: Path) -> Mapping[str, Any]:
+    return dict(yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+
+
+def _dependencies(role: str) -> list[str]:
+    meta = _yaml(ansible_dir() / "roles" / role / "meta" / "main.yml")
+    deps = [d["role"] if isinstance(d, dict) else str(d) for d in meta.get("dependencies") or []]
+    return [r for dep in deps for r in (*_dependencies(dep), dep)]
+
+
+@cache
+def _native(source: str) -> jinja2.Template:
+    """Compiled once: every host class renders the same role variables (compiling is most of the cost)."""
+    return _environments()[1].from_string(source)
+
+
+@cache
+def _text(source: str) -> jinja2.Template:
+    return _environments()[0].from_string(source)
+
+
+def _resolve(values: Mapping[str, Any], context: Mapping[str, Any]) -> dict[str, Any]:
+    """Template the values that hold Jinja, lazily as Ansible does: one that names another is resolved once
+    that one is; one that needs what only a run has (a probe's output, a lookup) stays a template."""
+    out = dict(values)
+    pending = [k for k, v in values.items() if isinstance(v, str) and ("{{" in v or "{%" in v)]
+    while pending:
+        left = []
+        for key in pending:
+            try:
+                out[key] = _native(out[key]).render({**context, **out})
+            except Exception:  # anything only a run supplies: a template that uses it fails in render()
+                left.append(key)
+        if len(left) == len(pending):
+            break
+        pending = left
+    return out
+
+
+class Inventory:
+    """An inventory as Ansible reads it: each host's groups and merged variables, and `groups`."""
+
+    def __init__(self, inventory: Mapping[str, Any]) -> None:
+        self.groups: dict[str, list[str]] = {}
+        self.host_vars: dict[str, dict[str, Any]] = {}
+        self.group_vars: dict[str, list[Mapping[str, Any]]] = {}  # in order of depth, as Ansible merges
+        self._walk("all", inventory["all"], [])
+
+    def _walk(self, name: str, group: Mapping[str, Any], parents: list[Mapping[str, Any]]) -> list[str]:
+        chain = [*parents, group.get("vars") or {}]
+        hosts = list(group.get("hosts") or {})
+        for host, own in (group.get("hosts") or {}).items():
+            self.host_vars.setdefault(host, {}).update(own or {})
+            self.group_vars.setdefault(host, []).extend(v for v in chain if v)
+        for child_name, child in (group.get("children") or {}).items():
+            hosts += self._walk(child_name, child, chain)
+        self.groups[name] = list(dict.fromkeys(hosts))
+        return self.groups[name]
+
+    def variables(self, host: str) -> dict[str, Any]:
+        merged: dict[str, Any] = {}
+        for layer in self.group_vars.get(host, []):
+            merged.update(layer)
+        return {**merged, **self.host_vars.get(host, {})}
+
+
+def host_context(
+    inventory: Inventory, extravars: Mapping[str, Any], host: str, role: str, **facts: Any
+) -> dict[str, Any]:
+    """The variables `role` sees on `host` (``inventory_hostname`` may be set in ``facts`` to name a class)."""
+    roles = ansible_dir() / "roles"
+    ctx: dict[str, Any] = {"inventory_hostname": host, "groups": inventory.groups, "hostvars": _HostVars(inventory)}
+    for name in (*_dependencies(role), role):
+        ctx.update(_yaml(roles / name / "defaults" / "main.yml"))
+    ctx.update(inventory.variables(host))
+    ctx.update(extravars)
+    ctx.update(_resolve(_yaml(roles / role / "vars" / "main.yml"), ctx))
+    ctx.update(facts)
+    ctx.update(extravars)
+    return {**ctx, **_resolve(ctx, ctx)}
+
+
+class _HostVars(dict[str, Any]):
+    """`hostvars[name]` for the role defaults that read another host's address."""
+
+    def __init__(self, inventory: Inventory) -> None:
+        super().__init__()
+        self.inventory = inventory
+
+    def __missing__(self, host: str) -> dict[str, Any]:
+        return self.inventory.variables(host)
+
+
+class RenderError(RuntimeError):
+    """A template needed what only a run on the host can tell."""
+
+
+def render(role: str, template: str, ctx: Mapping[str, Any]) -> str:
+    text = (ansible_dir() / "roles" / role / "templates" / template).read_text()
+    out = _text(text).render(ctx)
+    if "{{" in out or "{%" in out:  # a variable left unresolved (it needs a run) was written as it stands
+        line = next(li for li in out.splitlines() if "{{" in li or "{%" in li)
+        raise RenderError(f"{role}/templates/{template}: needs what only a run can tell: {line.strip()}")
+    return out
+
+
+def render_value(source: str, ctx: Mapping[str, Any]) -> Any:
+    """A task argument or variable as Ansible templates it: native types kept."""
+    return _native(source).render(ctx)
+
+
+def _true(expression: str, ctx: Mapping[str, Any]) -> bool:
+    return bool(_native("{{ " + expression + " }}").render(ctx))
+
+
+# --- every file, once per host class -------------------------------------------------------------------
+
+
+def host_classes(inventory: Inventory, partitions: Sequence[tuple[str, Sequence[str]]]) -> list[HostClass]:
+    """The controller, each login host and each declaring partition's nodes (``partitions``: group name and
+    hosts). A login host that is also the controller is the controller's class."""
+    controller = inventory.groups.get("slurm_controller", [])[:1]
+    out = [HostClass(h, h, (h,), "controller") for h in controller]
+    out += [HostClass(h, h, (h,), "login") for h in inventory.groups.get("slurm_login", []) if h not in controller]
+    out += [HostClass(hostlist.collect_hostlist(list(h)), group, tuple(h), "compute") for group, h in partitions]
+    return out
+
+
+def render_all(
+    inventory: Mapping[str, Any],
+    extravars: Mapping[str, Any],
+    partitions: Sequence[tuple[str, Sequence[str]]],
+    fabric: str | None = None,
+) -> list[Rendered]:
+    """Every config of every host class; topology.conf too when ``fabric`` (ibnetdiscover output) is given."""
+    inv = Inventory(inventory)
+    classes = host_classes(inv, partitions)
+    out: list[Rendered] = []
+    topology, plugin = _topology(inv, extravars, fabric)
+    if topology:
+        out.append(topology_file(inv, extravars, topology))
+    renderer = _Renderer(inv, extravars, {"slurm_topology_plugin": plugin} if topology else {})
+    if classes:
+        every = _slurm_hosts(inv)
+        cluster = HostClass(hostlist.collect_hostlist(every), "all", tuple(every), "cluster")
+        out += [r for c in CONFIGS if c.scope == "cluster" for r in renderer.one(c, cluster, classes[0].hosts[0])]
+    dbd = set(inv.groups.get("slurm_dbd", []))
+    for klass in classes:
+        for config in CONFIGS:
+            if config.scope == klass.scope or (config.scope == "dbd" and klass.hosts[0] in dbd):
+                out += renderer.one(config, klass, klass.hosts[0])
+    return out
+
+
+# What each role learns at run time, as CONFIGS assumes it: one context per role and host class serves all
+# of the role's files.
+_ROLE_FACTS: dict[str, dict[str, Any]] = {}
+for _config in CONFIGS:
+    _ROLE_FACTS.setdefault(_config.role, {}).update(_config.facts)
+
+
+class _Renderer:
+    def __init__(self, inv: Inventory, extravars: Mapping[str, Any], facts: Mapping[str, Any]) -> None:
+        self.inv = inv
+        self.extravars = extravars
+        self.facts = facts
+        self.contexts: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def context(self, role: str, klass: HostClass, host: str) -> dict[str, Any]:
+        key = (role, klass.folder)
+        if key not in self.contexts:
+            # The class's first host gives the variables; its hostlist names it in the files' headers.
+            facts = {**_ROLE_FACTS.get(role, {}), **self.facts, "inventory_hostname": klass.label}
+            self.contexts[key] = host_context(self.inv, self.extravars, host, role, **facts)
+        return self.contexts[key]
+
+    def one(self, config: Config, klass: HostClass, host: str) -> list[Rendered]:
+        ctx = self.context(config.role, klass, host)
+        if not _true(config.when, ctx):
+            return []
+        dest = _text(config.dest).render(ctx)
+        text = render(config.role, config.template, ctx)
+        hosts = hostlist.collect_hostlist(list(klass.hosts))
+        return [Rendered(f"{klass.folder}{dest}", dest, hosts, config.role, config.template, text, config.assumes)]
+
+
+def _slurm_hosts(inv: Inventory) -> list[str]:
+    groups = ("slurm_controller", "slurm_dbd", "slurm_compute", "slurm_login")
+    return list(dict.fromkeys(h for name in groups for h in inv.groups.get(name, [])))
+
+
+# --- topology.conf: the infiniband role's own filter ------------------------------------------------------------
+
+
+@cache
+def topology_filter() -> Callable[[str, list[str]], str]:
+    path = ansible_dir() / "roles" / "infiniband" / "filter_plugins" / "hpckit_topology.py"
+    spec = importlib.util.spec_from_file_location("hpckit_topology_filter", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    found: Callable[[str, list[str]], str] = module.FilterModule().filters()["hpckit_topology_conf"]
+    return found
+
+
+def _topology(inv: Inventory, extravars: Mapping[str, Any], fabric: str | None) -> tuple[str, str]:
+    """topology.conf and its TopologyPlugin as the infiniband role's tasks/topology.yml decides them: the text
+    hpckit rendered from the blueprint (``given``), else the fabric's (read at run time: here only when a
+    dump is given), else none; ``off`` writes none."""
+    controller = inv.groups.get("slurm_controller", [""])[0]
+    ctx = host_context(inv, extravars, controller, "infiniband")
+    mode = ctx["infiniband_topology"]
+    if mode == "given":
+        text = str(ctx["infiniband_topology_given"])
+    elif mode != "off" and fabric is not None:
+        text = topology_filter()(fabric, list(ctx["infiniband_topology_nodes"]))
+    else:
+        text = ""
+    return text, str(ctx["infiniband_topology_plugin"])
+
+
+def topology_file(inv: Inventory, extravars: Mapping[str, Any], text: str) -> Rendered:
+    controller = inv.groups.get("slurm_controller", [""])[0]
+    conf_dir = host_context(inv, extravars, controller, "infiniband")["infiniband_slurm_conf_dir"]
+    dest = f"{conf_dir}/topology.conf"
+    return Rendered(
+        f"all{dest}",
+        dest,
+        hostlist.collect_hostlist(_slurm_hosts(inv)),
+        "infiniband",
+        "tasks/topology.yml",
+        text,
+        "from the blueprint's topology, or the ibnetdiscover output given (a deploy reads the fabric itself)",
+    )
