@@ -19,10 +19,11 @@ from hpckit.errors import InputError
 from hpckit.jobs.library import Library
 from hpckit.jobs.params import ParamSpec, Words, bind, parse_sets
 from hpckit.jobs.render import Raw, TemplateError, finalize, raw
+from hpckit.slurm.directives import read_directives
+from tests.hostile import CORPUS, REFUSED, TEXT_TYPES, as_value, render_hostile
 from tests.jobutil import cli_with_jobs
 
 TEMPLATES = ["bench-torch", "nccl-tests", "nemo", "run", "torchrun"]
-FREE_TEXT = {"str", "path", "args"}
 
 
 @pytest.fixture(scope="module")
@@ -230,16 +231,6 @@ def test_template_file_path_and_site_path(tmp_path: Path, monkeypatch: pytest.Mo
 
 # --- hostile values, executed -------------------------------------------------------------------------------
 
-PAYLOADS = [
-    "$(touch {m})",
-    "`touch {m}`",
-    "; touch {m}",
-    "x' ; touch {m} ; '",
-    'x" ; touch {m} ; "',
-    "| touch {m}",
-    "&& touch {m} #",
-    "$(touch {m})'\"`touch {m}`",
-]
 STUBS = {
     # srun: drop its own options, then run the command as a task would (with a task rank).
     "srun": 'while [ $# -gt 0 ] && [ "${1#-}" != "$1" ]; do shift; done\nSLURM_PROCID=0 exec "$@"\n',
@@ -258,19 +249,6 @@ def _stub_bin(tmp: Path) -> Path:
     return bin_dir
 
 
-def _hostile_values(library: Library, name: str, payload: str) -> dict[str, str]:
-    """The payload in every free-text parameter that Slurm itself would not refuse before running.
-
-    An `args` parameter gets it quoted, so that it splits back into the payload as one word.
-    """
-    template = library.get(name)
-    values = {}
-    for key, param in template.params.items():
-        if param.type in FREE_TEXT and not param.pattern and key not in {"python", "log_dir"}:
-            values[key] = shlex.quote(payload) if param.type == "args" else payload
-    return values
-
-
 def _run(script: str, tmp: Path, bin_dir: Path) -> subprocess.CompletedProcess[str]:
     path = tmp / "job.sh"
     path.write_text(script)
@@ -287,30 +265,75 @@ def _run(script: str, tmp: Path, bin_dir: Path) -> subprocess.CompletedProcess[s
     return subprocess.run(["bash", str(path)], cwd=tmp, env=env, capture_output=True, text=True, timeout=20)
 
 
-@pytest.mark.parametrize("payload", PAYLOADS)
+@pytest.mark.parametrize("payload", CORPUS)
 @pytest.mark.parametrize("name", TEMPLATES)
 def test_hostile_values_never_execute(library: Library, name: str, payload: str, tmp_path: Path) -> None:
-    marker = tmp_path / "INJECTED"
-    hostile = payload.format(m=marker)
-    values = _hostile_values(library, name, hostile)
-    values["log_dir"] = str(tmp_path / "logs")
-    if "python" in values or name in ("torchrun", "nemo"):
-        values["python"] = "python3"
-    if name == "nemo":
-        values["container"] = ""  # the stub srun knows no pyxis options
-    done = _run(library.get(name).render(values).script, tmp_path, _stub_bin(tmp_path))
-    assert not marker.exists(), f"{name}: {payload!r} executed\n{done.stdout}\n{done.stderr}"
+    """Every text parameter holds the payload (a relative marker: the script runs in tmp_path); the
+    script runs under bash with stand-ins for srun and python; nothing the payload says ever runs, and
+    sbatch would read exactly the options the template wrote."""
+    fixed = {"log_dir": str(tmp_path / "logs"), "python": "python3", "container": ""}
+    template = library.get(name)
+    fixed = {k: v for k, v in fixed.items() if k in template.params}
+    rendered, values, refused = render_hostile(template, payload, fixed, lambda _: "INJECTED")
+    assert set(refused) <= {"job_name", "log_dir", "program", "script", "bin_dir", "exp_dir", "command"}, refused
+    (component,) = read_directives(rendered.script)
+    if "job_name" in values:
+        assert f"--job-name={values['job_name']}" in component
+    names = [arg.split("=", 1)[0] for arg in component]
+    assert all(n.startswith("--") for n in names) and len(names) == len(set(names)), component
+    assert not {"--account", "--qos", "--uid", "--wrap"} & set(names), component
+    if "sbatch_options" in values:
+        assert f"--comment={payload.format(m='INJECTED')}" in component
+    done = _run(rendered.script, tmp_path, _stub_bin(tmp_path))
+    assert not (tmp_path / "INJECTED").exists(), f"{name}: {payload!r} executed\n{done.stdout}\n{done.stderr}"
     if name in ("torchrun", "nemo"):
         # The script/args values arrived at the program as literal words, untouched.
         argv = (tmp_path / "argv.log").read_text().splitlines()
-        assert hostile in argv, argv
+        assert payload.format(m="INJECTED") in argv, argv
 
 
-def test_hostile_job_name_survives_sbatch_header_parsing(library: Library) -> None:
-    """sbatch reads `#SBATCH` arguments with shell-like quoting; shlex models it."""
-    name = "x' ; touch /tmp/m ; 'y \"z\" $(id)"
-    line = next(ln for ln in library.get("run").render({"job_name": name}).script.splitlines() if "job-name" in ln)
-    assert shlex.split(line) == ["#SBATCH", f"--job-name={name}"]
+@pytest.mark.parametrize("text", REFUSED)
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_unwritable_text_is_refused_naming_the_parameter(library: Library, name: str, text: str) -> None:
+    template = library.get(name)
+    for param, spec in template.params.items():
+        if spec.type in TEXT_TYPES and not spec.pattern:
+            with pytest.raises(InputError, match=f"parameter {param}: .*(contains|single-line)") as caught:
+                template.render({param: as_value(spec.type, text)})
+            assert "\n" not in str(caught.value)
+
+
+def test_a_shell_quoted_job_name_would_add_options_sbatch_reads() -> None:
+    """The hole this closes: sbatch reads a backslash as an escape inside single quotes, so a job name
+    quoted for a shell carries options of its own past the quoting."""
+    name = "x\\'\"'\" --account=evil --uid=0 \\'"
+    (shell_quoted,) = read_directives(f"#!/bin/bash\n#SBATCH --job-name={shlex.quote(name)}\n")
+    assert "--account=evil" in shell_quoted and "--uid=0" in shell_quoted
+    line = Library().get("run").render({"job_name": name}).script.splitlines()[1]
+    assert read_directives(line) == [[f"--job-name={name}"]]
+
+
+def test_program_and_path_values_may_not_start_with_a_dash(library: Library) -> None:
+    for name, param, value in [
+        ("torchrun", "python", "--version"),
+        ("torchrun", "script", "-c"),
+        ("nemo", "script", "-m"),
+        ("nccl-tests", "bin_dir", "-x"),
+        ("bench-torch", "program", "--help"),
+        ("run", "command", "--uid=0 hostname"),
+    ]:
+        with pytest.raises(InputError, match=f"parameter {param}: .*starts with '-'"):
+            library.get(name).render({param: value})
+    assert "srun ./-x" in library.get("run").render({"command": "./-x"}).script
+
+
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_env_on_every_template_takes_key_value_settings_only(library: Library, name: str) -> None:
+    script = library.get(name).render({"env": "NCCL_ALGO=Ring 'NCCL_DEBUG_SUBSYS=INIT,NET' X="}).script
+    assert "export NCCL_ALGO=Ring\nexport NCCL_DEBUG_SUBSYS=INIT,NET\nexport X=\n" in script
+    for bad in ("-p", "-f=x", "1X=2", "NOEQUALS", "A-B=1", "=x"):
+        with pytest.raises(InputError, match="parameter env: .*is not a KEY=VALUE setting"):
+            library.get(name).render({"env": bad})
 
 
 # --- the commands ------------------------------------------------------------------------------------------

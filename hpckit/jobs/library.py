@@ -33,7 +33,7 @@ from ruamel.yaml.error import YAMLError
 
 from hpckit.errors import InputError
 from hpckit.jobs.params import ParamSpec, ParamValue, bind, suggest
-from hpckit.jobs.render import Params, TemplateError, environment
+from hpckit.jobs.render import Directives, Params, TemplateError, environment
 from hpckit.paths import templates_dir
 
 SUFFIX = ".sbatch.j2"
@@ -72,12 +72,15 @@ class Template:
 
     def render(self, given: Mapping[str, object]) -> Rendered:
         values = self.bind(given)
+        directives = Directives()
         try:
-            script = self.library.env.get_template(self.path.name).render(p=Params(values), template=self.name)
+            template = self.library.env.get_template(self.path.name)
+            script = template.render(p=Params(values), template=self.name, sbatch=directives)
         except jinja2.UndefinedError as exc:
             raise TemplateError(f"{self.path}: {exc.message}") from None
         if not script.startswith("#!"):
             raise TemplateError(f"{self.path}: the rendered script does not start with #!")
+        directives.check(script, str(self.path))
         mkdirs = tuple(str(values[n]) for n, spec in self.params.items() if spec.mkdir and values[n])
         return Rendered(self.name, script, values, mkdirs)
 
