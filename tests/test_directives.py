@@ -27,7 +27,7 @@ from hpckit.slurm.directives import DirectiveError, directive_line, extra_option
         ("#SBATCH --comment=a\\#b c", ["--comment=a#b", "c"]),
         ("#SBATCH\t-N 2   -n4", ["-N", "2", "-n4"]),
         ("#SBATCH --comment=a\u00a0b", ["--comment=a\u00a0b"]),  # not a blank to C's isspace()
-        ('#SBATCH --comment="x" --x=\'y\'z', ["--comment=x", "--x=yz"]),
+        ("#SBATCH --comment=\"x\" --x='y'z", ["--comment=x", "--x=yz"]),
         ("#SLURM -N 3", ["-N", "3"]),  # the legacy magic word
         ("#SBATCH", []),
     ],

@@ -332,7 +332,7 @@ def test_env_on_every_template_takes_key_value_settings_only(library: Library, n
     script = library.get(name).render({"env": "NCCL_ALGO=Ring 'NCCL_DEBUG_SUBSYS=INIT,NET' X="}).script
     assert "export NCCL_ALGO=Ring\nexport NCCL_DEBUG_SUBSYS=INIT,NET\nexport X=\n" in script
     for bad in ("-p", "-f=x", "1X=2", "NOEQUALS", "A-B=1", "=x"):
-        with pytest.raises(InputError, match="parameter env: .*is not a KEY=VALUE setting"):
+        with pytest.raises(InputError, match=r"parameter env: .*is not a KEY=VALUE setting"):
             library.get(name).render({"env": bad})
 
 
