@@ -33,14 +33,20 @@ def render(template: str, values: Mapping[str, object], library: Library | None 
 
 
 def submit(
-    rendered: Rendered, jobs: Jobs, *, wait: bool = False, timeout: float | None = None, check: bool = True
+    rendered: Rendered,
+    jobs: Jobs,
+    *,
+    wait: bool = False,
+    timeout: float | None = None,
+    check: bool = True,
+    hold: bool = False,
 ) -> Submitted:
-    """Create the job's log directories, submit, and (with `wait`) follow it to the end.
+    """Create the job's log directories, submit (`hold`: held), and (with `wait`) follow it to the end.
 
     With `check`, a job that fails raises JobFailedError, carrying its exit status and the log's tail.
     """
     start = jobs.clock()
-    job_id = jobs.submit(rendered.script, rendered.mkdirs)
+    job_id = jobs.submit(rendered.script, rendered.mkdirs, hold=hold)
     outcome = jobs.follow(job_id, start, timeout, check=check) if wait else None
     return Submitted(rendered, job_id, outcome)
 
