@@ -447,20 +447,3 @@ def test_backend_choice() -> None:
         backend_for(ssh, "pyslurm")
     with pytest.raises(JobError, match="unknown job backend"):
         backend_for(local, "rest")
-
-
-def test_pyslurm_backend_is_guarded() -> None:
-    pytest.importorskip("pyslurm", reason="pyslurm is not installed: the guard is what there is to test")
-    from hpckit.slurm.pyslurm_backend import pyslurm_unusable
-
-    assert pyslurm_unusable(ScriptedTransport({"sinfo": [(0, "slurm-wlm 1.0.0\n", "")]})) is not None
-
-
-def test_asking_for_pyslurm_without_it_is_a_clear_error() -> None:
-    try:
-        import pyslurm  # noqa: F401
-    except ImportError:
-        with pytest.raises(JobError, match="pyslurm is not importable"):
-            backend_for(LocalTransport(), "pyslurm")
-    else:
-        pytest.skip("pyslurm is installed")
