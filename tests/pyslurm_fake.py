@@ -229,7 +229,7 @@ class FakeSlurm(LocalTransport):
         if argv[0] == "sbatch":
             self.submitted.append(stdin or "")
             if "--test-only" in argv:
-                estimate = "Job 41 to start at 2026-11-25T12:00:00 using 2 processors on nodes node[1-2] in partition gpu"
+                estimate = "Job 41 to start at 2026-11-25T12:00:00 using 2 processors on nodes node[1-2] in partition p"
                 return 0, "", f"sbatch: {estimate}\n"
             return 0, "41\n", ""
         if argv[0] == "scancel":
