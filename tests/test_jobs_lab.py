@@ -92,6 +92,7 @@ def test_test_only_through_the_command(cluster: Cluster) -> None:
 
 
 def test_torchrun_trains_on_four_nodes(cluster: Cluster) -> None:
+    """With the template's default python: on the lab, the site defaults name one that has torch."""
     done = cli(
         cluster,
         "submit",
@@ -100,8 +101,6 @@ def test_torchrun_trains_on_four_nodes(cluster: Cluster) -> None:
         "--json",
         "-s",
         "nodes=4",
-        "-s",
-        f"python={sys.executable}",
         "-s",
         f"script={DDP_SMOKE}",
         "-s",
@@ -273,6 +272,8 @@ def _login_role_deployed() -> bool:
 def test_hpckit_works_on_the_login_node(cluster: Cluster) -> None:
     listed = cluster.on("login", "hpckit", "templates", "list")
     assert "torchrun" in listed.stdout
+    defaults = cluster.on("login", "cat", "/etc/hpckit/template-defaults.yaml").stdout
+    assert f"python: {sys.executable}" in defaults, defaults
     done = cluster.on("login", "hpckit", "submit", "run", "--wait", "-s", "nodes=4", "-s", f"log_dir={LOGS}")
     # The job's log starts with the templates' banner line ("hpckit: job N ... on NODES"), then the output.
     names = [line for line in done.stdout.splitlines() if line and not line.startswith("hpckit: job ")]

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from hpckit.errors import InputError
-from hpckit.jobs.library import Library
+from hpckit.jobs.library import Library, read_site_defaults
 from hpckit.jobs.params import ParamSpec, Words, bind, parse_sets
 from hpckit.jobs.render import Raw, TemplateError, finalize, raw
 from hpckit.slurm.directives import read_directives
@@ -359,3 +359,35 @@ def test_cli_render_list_show(tmp_path: Path) -> None:
     rendered = runner.invoke(cli_with_jobs(), ["render", "run", "-s", "command=echo hi", "-o", str(out)])
     assert rendered.exit_code == 0 and "srun echo hi\n" in out.read_text()
     assert os.access(out, os.X_OK)
+
+
+def test_site_defaults_apply_to_every_template_declaring_the_parameter(tmp_path: Path) -> None:
+    library = Library(site_defaults={"python": "/opt/torch/bin/python", "omp_threads": 4, "not_a_param": 1})
+    assert "/opt/torch/bin/python -m torch.distributed.run" in library.get("torchrun").render({}).script
+    assert "export OMP_NUM_THREADS=4" in library.get("run").render({}).script
+    assert "python3 -m" in Library().get("torchrun").render({}).script
+    with pytest.raises(TemplateError, match=r"template-defaults\.yaml: parameter 'omp_threads'"):
+        Library(site_defaults={"omp_threads": "many"}).get("run")
+    assert read_site_defaults("python: /x/python\n") == {"python": "/x/python"} and read_site_defaults(None) == {}
+    with pytest.raises(TemplateError, match="expected a mapping"):
+        read_site_defaults("- a\n")
+
+
+def test_with_a_cluster_the_login_nodes_site_defaults_are_read() -> None:
+    from hpckit.jobs.submit import library_for
+    from hpckit.slurm.jobs import CliBackend, Jobs
+    from tests.test_jobs import ScriptedTransport
+
+    transport = ScriptedTransport({"cat": [(0, "python: /shared/venv/bin/python\n", "")]})
+    library = library_for(Jobs(CliBackend(transport), transport))
+    assert transport.calls == [("cat", "--", "/etc/hpckit/template-defaults.yaml")]
+    assert "/shared/venv/bin/python -m" in library.get("torchrun").render({}).script
+    missing = ScriptedTransport({"cat": [(1, "", "cat: /etc/hpckit/template-defaults.yaml: No such file\n")]})
+    assert library_for(Jobs(CliBackend(missing), missing)).site_defaults == {}
+
+
+def test_the_lab_writes_a_python_with_torch_as_the_default() -> None:
+    """The hpckit_login role, shared mode (the lab): `python` is the deploying interpreter, which has torch."""
+    role = Path(__file__).resolve().parent.parent / "ansible" / "roles" / "hpckit_login"
+    assert "{'python': hpckit_python} if hpckit_install_mode == 'shared'" in (role / "vars" / "main.yml").read_text()
+    assert "template-defaults.yaml" in (role / "tasks" / "main.yml").read_text()

@@ -12,11 +12,13 @@ import click
 
 from hpckit.jobs.library import Library, Template
 from hpckit.jobs.params import parse_sets
-from hpckit.jobs.submit import Submitted, check_accepted, render, submit, transport_for
+from hpckit.jobs.submit import Submitted, check_accepted, library_for, render, submit, transport_for
 from hpckit.slurm.jobs import CliBackend, JobOutcome, Jobs, cancel_jobs, describe_failure, failure_status, failure_tail
 
 if TYPE_CHECKING:
     from rich.table import Table
+
+    from hpckit.slurm.transport import Transport
 
 template_arg = click.argument("template")
 set_option = click.option(
@@ -72,14 +74,20 @@ def _params_table(template: Template) -> Table:
 @template_arg
 @set_option
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), help="write the script here")
-def render_cmd(template: str, sets: tuple[str, ...], output: Path | None) -> None:
-    """Print (or write) the batch script TEMPLATE makes with these parameters."""
-    rendered = render(template, parse_sets(sets))
+@cluster_option
+def render_cmd(template: str, sets: tuple[str, ...], output: Path | None, cluster: str | None) -> None:
+    """Print (or write) the batch script TEMPLATE makes with these parameters (and the site's defaults)."""
+    library = library_for(Jobs(CliBackend(transport), transport)) if (transport := _maybe(cluster)) else None
+    rendered = render(template, parse_sets(sets), library)
     if output is None:
         click.echo(rendered.script, nl=False)
     else:
         output.write_text(rendered.script)
         output.chmod(0o755)
+
+
+def _maybe(cluster: str | None) -> Transport | None:
+    return transport_for(cluster) if cluster else None
 
 
 @click.command("submit")
@@ -112,10 +120,10 @@ def submit_cmd(
     as_json: bool,
 ) -> None:
     """Render TEMPLATE and submit it with sbatch."""
-    rendered = render(template, parse_sets(sets))
+    jobs = Jobs.on(transport_for(cluster), backend)
+    rendered = render(template, parse_sets(sets), library_for(jobs))
     if wait and (hold or rendered.values.get("array")):
         raise click.UsageError("--wait follows one job that runs: not a held job, nor a job array")
-    jobs = Jobs.on(transport_for(cluster), backend)
     if test_only_:
         estimate = check_accepted(rendered, jobs)
         text = f"Slurm accepts it: would start at {estimate.start} on {estimate.nodes or '?'}"

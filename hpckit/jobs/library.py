@@ -13,6 +13,10 @@ Each file declares its parameters once, in a Jinja comment at its very top:
 A template's parameters are its own plus those of every partial it includes (recursively). Loading
 checks the declarations against the template body: every `p.NAME` it uses is declared, every
 declared parameter is used, and every default is a valid value of its type.
+
+A site sets its own defaults for any template that declares the parameter in
+/etc/hpckit/template-defaults.yaml (`python: /opt/conda/bin/python`); with `--cluster`, the file on the
+cluster's login node is the one read. The lab writes the Python that has torch there.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from hpckit.paths import templates_dir
 
 SUFFIX = ".sbatch.j2"
 SITE_DIR = Path("/etc/hpckit/sbatch_templates")
+SITE_DEFAULTS = Path("/etc/hpckit/template-defaults.yaml")
 PATH_ENV = "HPCKIT_TEMPLATE_PATH"
 _HEADER = re.compile(r"\A\{#-?[ \t]*hpckit[ \t]*\n(?P<body>.*?)^-?#\}", re.S | re.M)
 
@@ -95,11 +100,12 @@ def search_path() -> list[Path]:
 
 
 class Library:
-    """The templates on a search path."""
+    """The templates on a search path, with a site's defaults (parameter -> value) over their own."""
 
-    def __init__(self, dirs: list[Path] | None = None) -> None:
+    def __init__(self, dirs: list[Path] | None = None, site_defaults: Mapping[str, Any] | None = None) -> None:
         self.dirs = dirs if dirs is not None else search_path()
         self.env = environment(self.dirs)
+        self.site_defaults = dict(site_defaults or {})
         self._loaded: dict[str, Template] = {}
 
     @cached_property
@@ -143,6 +149,8 @@ class Library:
                 params[key] = _spec(partial_path, key, decl)
             used |= _param_refs(self._parse(partial_path))
         params = _with_defaults(path, params, header.defaults)
+        site = {key: value for key, value in self.site_defaults.items() if key in params}
+        params = _with_defaults(SITE_DEFAULTS, params, site)
         _check_usage(path, params, used)
         return Template(name, path, header.description, params, self)
 
@@ -167,6 +175,25 @@ class Library:
             seen.add(name)
             yield name
             yield from self._partials(self._parse(self._locate(name)), seen)
+
+
+def read_site_defaults(text: str | None, where: str = str(SITE_DEFAULTS)) -> dict[str, Any]:
+    """A site's template defaults (a YAML mapping of parameter names to values); {} when there is no file."""
+    if not text:
+        return {}
+    try:
+        data = YAML(typ="safe", pure=True).load(text)
+    except YAMLError as exc:
+        raise TemplateError(f"{where}: not YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
+        raise TemplateError(f"{where}: expected a mapping of parameter names to default values")
+    return data
+
+
+def local_site_defaults() -> dict[str, Any]:
+    return read_site_defaults(SITE_DEFAULTS.read_text() if SITE_DEFAULTS.is_file() else None)
 
 
 def _from_file(path: Path) -> Template:
