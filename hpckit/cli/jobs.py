@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from hpckit.jobs.library import Library, Template
+from hpckit.jobs.library import Library, Template, local_site_defaults
 from hpckit.jobs.params import parse_sets
 from hpckit.jobs.submit import Submitted, check_accepted, library_for, render, submit, transport_for
 from hpckit.slurm.jobs import CliBackend, JobOutcome, Jobs, cancel_jobs, describe_failure, failure_status, failure_tail
@@ -41,7 +41,7 @@ def templates_list() -> None:
     from rich.table import Table
 
     table = Table("template", "description", box=None, header_style="bold")
-    for template in Library():
+    for template in Library(site_defaults=local_site_defaults()):
         table.add_row(template.name, template.description)
     Console().print(table)
 
@@ -51,7 +51,7 @@ def templates_list() -> None:
 @click.option("--source", is_flag=True, help="print the template file instead of its parameters")
 def templates_show(template: str, source: bool) -> None:
     """A template's parameters: name, type, default, help."""
-    found = Library().get(template)
+    found = Library(site_defaults=local_site_defaults()).get(template)
     if source:
         click.echo(found.path.read_text(), nl=False)
         return
