@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import hostlist
@@ -153,16 +153,7 @@ def _exit_code_unknown(record: JobRecord) -> bool:
 
 
 def _with_exit(pyslurm_record: JobRecord, exact: JobRecord) -> JobRecord:
-    return JobRecord(
-        pyslurm_record.job_id,
-        pyslurm_record.state,
-        exact.exit_code,
-        exact.signal,
-        pyslurm_record.nodes,
-        pyslurm_record.source,
-        pyslurm_record.reason,
-        pyslurm_record.batch_host,
-    )
+    return replace(pyslurm_record, exit_code=exact.exit_code, signal=exact.signal)
 
 
 def _text(value: Any) -> str:
@@ -182,16 +173,15 @@ def _reason(job: Any) -> str:
     return re.sub(r"\s", "_", _text(job.state_reason))
 
 
+def _record(job_id: str, job: Any, nodes: Any, source: str) -> JobRecord:
+    """A Job's (source scontrol) or a db.Job's (source sacct) state, exit code, signal and nodes."""
+    code, signal = int(job.exit_code or 0), int(job.exit_code_signal or 0)
+    return JobRecord(job_id, base_state(str(job.state)), code, signal, _nodes(nodes), source)
+
+
 def _info(job_id: str, job: Any) -> JobInfo:
-    record = JobRecord(
-        job_id,
-        base_state(str(job.state)),
-        int(job.exit_code or 0),
-        int(job.exit_code_signal or 0),
-        _nodes(job.allocated_nodes),
-        "scontrol",
-        reason=_reason(job),
-        batch_host=_text(job.batch_host),
+    record = replace(
+        _record(job_id, job, job.allocated_nodes, "scontrol"), reason=_reason(job), batch_host=_text(job.batch_host)
     )
     fields = {
         "JobId": job_id,
@@ -211,11 +201,4 @@ def _info(job_id: str, job: Any) -> JobInfo:
 
 
 def _db_record(job_id: str, job: Any) -> JobRecord:
-    return JobRecord(
-        job_id,
-        base_state(str(job.state)),
-        int(job.exit_code or 0),
-        int(job.exit_code_signal or 0),
-        _nodes(job.nodelist),
-        "sacct",
-    )
+    return _record(job_id, job, job.nodelist, "sacct")
