@@ -125,13 +125,11 @@ class PyslurmBackend:
         if job is None:
             return None
         info = _call("read a job", lambda: _info(job_id, job))
-        if _exit_code_unknown(info.record):
-            exact = self.cli.info(job_id)
-            if exact is None:
-                record = self.cli.accounting(job_id) or info.record
-                return JobInfo(_with_exit(info.record, record), info.stdout_path, info.stderr_path, info.work_dir)
-            return JobInfo(_with_exit(info.record, exact.record), info.stdout_path, info.stderr_path, info.work_dir)
-        return info
+        if not _exit_code_unknown(info.record):
+            return info
+        exact = self.cli.info(job_id)
+        record = exact.record if exact is not None else self.cli.accounting(job_id)
+        return replace(info, record=_with_exit(info.record, record)) if record is not None else info
 
     def accounting(self, job_id: str) -> JobRecord | None:
         job = self._load(lambda n: _pyslurm().db.Job.load(n), job_id, "read accounting for job")
