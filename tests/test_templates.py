@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -391,3 +393,36 @@ def test_the_lab_writes_a_python_with_torch_as_the_default() -> None:
     role = Path(__file__).resolve().parent.parent / "ansible" / "roles" / "hpckit_login"
     assert "{'python': hpckit_python} if hpckit_install_mode == 'shared'" in (role / "vars" / "main.yml").read_text()
     assert "template-defaults.yaml" in (role / "tasks" / "main.yml").read_text()
+
+
+@pytest.mark.parametrize("name", ["torchrun", "nemo"])
+def test_the_warning_signal_reaches_every_rank_then_the_job_requeues(
+    library: Library, name: str, tmp_path: Path
+) -> None:
+    """Slurm's warning (USR1 to the batch shell, --signal=B:USR1@N) becomes SIGTERM for the step's ranks
+    (a stand-in rank that saves on SIGTERM), and the script requeues its job once they have ended."""
+    bin_dir = _stub_bin(tmp_path)
+    rank = 'trap \'echo saved >> "$ARGV_LOG"; exit 0\' TERM\necho started >> "$ARGV_LOG"\n'
+    rank += "while :; do sleep 0.05; done\n"
+    for program in ("python", "python3"):
+        (bin_dir / program).write_text("#!/bin/bash\n" + rank)
+    (bin_dir / "scontrol").write_text('#!/bin/bash\necho "scontrol $*" >> "$ARGV_LOG"\necho node1\n')
+    values = {"log_dir": str(tmp_path / "logs"), "container": "", "signal_before_end": "90"}
+    script = library.get(name).render(values).script
+    assert "#SBATCH --signal=B:USR1@90" in script and "#SBATCH --requeue" in script
+    (tmp_path / "job.sh").write_text(script)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "ARGV_LOG": str(tmp_path / "argv.log"), "SLURM_JOB_ID": "4242",
+           "SLURM_JOB_NAME": "t", "SLURM_JOB_NODELIST": "node1", "SLURM_NNODES": "1", "HOME": str(tmp_path),
+           "SLURM_SUBMIT_DIR": str(tmp_path)}  # fmt: skip
+    job = subprocess.Popen(["bash", str(tmp_path / "job.sh")], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "argv.log"
+    for _ in range(200):
+        if log.exists() and "started" in log.read_text():
+            break
+        time.sleep(0.05)
+    job.send_signal(signal.SIGUSR1)
+    _, stderr = job.communicate(timeout=20)
+    assert job.returncode == 0, stderr
+    lines = log.read_text().splitlines()
+    assert lines[-2:] == ["saved", "scontrol requeue 4242"], (lines, stderr)
+    assert "SIGTERM to every rank" in stderr and "requeueing job 4242" in stderr
