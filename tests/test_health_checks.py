@@ -331,6 +331,24 @@ def test_kernel_log_cursor_reads_only_new_lines(tmp_path: Path) -> None:
     assert [r.status for r in rows] == [Status.OK]
 
 
+def test_kernel_command_line_is_no_fault_and_real_stalls_are(tmp_path: Path) -> None:
+    # The boot lines of a real VM whose kernel command line tunes RCU stall reporting, then the stall
+    # report format of kernel/rcu/tree_stall.h.
+    probe = healthy_node()
+    probe.commands[("dmesg", "--kernel")] = Recorded(
+        "[    0.000000] Command line: console=ttyS0 quiet nested_pvm=1 rcupdate.rcu_cpu_stall_cputime=1\n"
+        "[    0.102190] Kernel command line: console=ttyS0 quiet nested_pvm=1 rcupdate.rcu_cpu_stall_cputime=1\n"
+    )
+    rows = by(run(probe, only=("host.kernel_log",), state_dir=tmp_path), "host.kernel_log")
+    assert [r.status for r in rows] == [Status.OK]
+    probe.commands[("dmesg", "--kernel")] = Recorded(
+        "[ 5000.000000] rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:\n"
+        "[ 5000.100000] rcu: INFO: rcu_sched self-detected stall on CPU\n"
+    )
+    rows = by(run(probe, only=("host.kernel_log",), state_dir=tmp_path), "host.kernel_log")
+    assert one(rows, "host.kernel_log", "hung-task").value == 2
+
+
 def test_uncorrected_memory_error_fails_and_sticks(tmp_path: Path) -> None:
     probe = healthy_node()
     probe.commands[("dmesg", "--kernel")] = Recorded("[   10.000000] EDAC MC0: 1 UE memory read error on CPU_SrcID#0\n")
