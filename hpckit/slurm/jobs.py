@@ -14,13 +14,13 @@ nothing more to ask. Accounting (`sacct`) answers only for a job the controller 
 from __future__ import annotations
 
 import re
-import shlex
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 from hpckit.errors import HpckitError
+from hpckit.slurm.directives import DirectiveError, read_directives
 from hpckit.slurm.jobparse import (
     SACCT_FIELDS,
     SQUEUE_LIST_FORMAT,
@@ -328,11 +328,18 @@ def info_from_scontrol(stdout: str, job_id: str) -> JobInfo | None:
 
 
 def _requested_partition(script: str) -> str:
-    for line in script.splitlines():
-        words = shlex.split(line, comments=False) if line.startswith("#SBATCH") else []
-        for word in words[1:]:
-            if word.startswith(("--partition=", "-p")):
-                return repr(word.split("=", 1)[-1] if "=" in word else word[2:])
+    """The partition the script's #SBATCH lines ask for, read as sbatch reads them."""
+    try:
+        args = [arg for component in read_directives(script) for arg in component]
+    except DirectiveError:
+        return "the default partition"
+    for arg, following in zip(args, [*args[1:], ""], strict=True):
+        if arg.startswith("--partition="):
+            return repr(arg.split("=", 1)[1])
+        if arg in ("-p", "--partition"):
+            return repr(following)
+        if arg.startswith("-p"):
+            return repr(arg[2:])
     return "the default partition"
 
 
