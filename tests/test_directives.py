@@ -7,11 +7,19 @@ rules in 17.x-25.x): the lab's real sbatch reads the written lines in test_jobs_
 
 from __future__ import annotations
 
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from hpckit.slurm.directives import DirectiveError, directive_line, extra_option, quote, read_directives
+from tests.hostile import CORPUS
 
 
 @pytest.mark.parametrize(
@@ -89,3 +97,70 @@ def test_extra_options_are_checked(word: str, message: str) -> None:
         extra_option(word)
     assert extra_option("--constraint=a100&ib") == ("constraint", "a100&ib")
     assert extra_option("--exclusive") == ("exclusive", None) and extra_option("--nice=5") == ("nice", "5")
+
+
+# --- the real sbatch as the oracle ----------------------------------------------------------------------
+
+# sbatch parses the script before it contacts a controller; with -vvvv it prints every argument it found
+# ("debug2: Found in script, argument ...") or its fatal error. A last directive it does not know makes
+# it stop there ("Invalid directive found"), and the controller it is given (port 1 of localhost) is
+# never there: nothing is submitted anywhere.
+_SLURM_CONF = "ClusterName=parse\nSlurmctldHost=localhost(127.0.0.1)\nSlurmctldPort=1\n"
+_SLURM_CONF += "NodeName=n1 CPUs=1 State=UNKNOWN\nPartitionName=p Nodes=n1 Default=YES\n"
+_FOUND = re.compile(r'^sbatch: debug2: Found in script, argument "(.*)"$')
+_STOP = "--hpckit-stops-sbatch-here"
+
+
+def _sbatch_reads(script: str, tmp: Path) -> list[str] | str:
+    """The arguments the installed sbatch takes from `script`, or its fatal message."""
+    (tmp / "slurm.conf").write_text(_SLURM_CONF)
+    (tmp / "job.sh").write_text(script.replace("\ntrue\n", f"\n#SBATCH {_STOP}\ntrue\n"))
+    env = {**os.environ, "SLURM_CONF": str(tmp / "slurm.conf")}
+    done = subprocess.run(
+        ["sbatch", "-vvvv", "--hold", str(tmp / "job.sh")], capture_output=True, text=True, env=env, timeout=20
+    )
+    fatal = [line for line in done.stderr.splitlines() if line.startswith("sbatch: fatal:")]
+    if fatal and "configuration" in fatal[0]:
+        pytest.skip(f"sbatch cannot run here: {fatal[0]}")
+    found = [m.group(1) for line in done.stderr.splitlines() if (m := _FOUND.match(line))]
+    if fatal and "line" in fatal[0]:
+        return fatal[0]
+    assert found[-1:] == [_STOP], done.stderr
+    return found[:-1]
+
+
+ORACLE_LINES = [
+    "#SBATCH --job-name='a b' --comment=\"c'd\"",
+    "#SBATCH -J 'it\\'s' --comment=x#y",
+    '#SBATCH --comment=\'a\\\\\' --comment="q\\""',
+    '#SBATCH --comment="a#b" --comment=c\\#d',
+    "#SBATCH --comment=unicodé\u00a0✓",
+    "#SBATCH --comment='open",
+    "#SBATCH : -N 2",
+]
+
+
+@pytest.mark.skipif(shutil.which("sbatch") is None, reason="sbatch is not installed (slurm-client)")
+def test_the_reader_agrees_with_the_installed_sbatch(tmp_path: Path) -> None:
+    """Hand-picked lines, the hostile corpus as `directive_line` writes it, and the same values quoted
+    for a shell (the hole): the installed sbatch reads each exactly as `read_directives` does; it takes
+    options out of shell-quoted values, and never out of ours."""
+    lines = [(line, None) for line in ORACLE_LINES]
+    for payload in CORPUS:
+        value = payload.format(m="/tmp/m")
+        lines += [(directive_line("comment", value), value), (f"#SBATCH --comment={shlex.quote(value)}", None)]
+    shell_quoted_injections = 0
+    for line, written in lines:
+        script = f"#!/bin/bash\n{line}\ntrue\n"
+        real = _sbatch_reads(script, tmp_path)
+        try:
+            ours: list[str] | str = [arg for component in read_directives(script) for arg in component]
+        except DirectiveError:
+            assert isinstance(real, str), (line, real)
+            continue
+        assert real == ours, line
+        if written is not None:
+            assert real == [f"--comment={written}"], line
+        elif "--account=evil" in real:
+            shell_quoted_injections += 1
+    assert shell_quoted_injections >= 2
