@@ -24,6 +24,9 @@ CORPUS = [
     "&& touch {m} #",
     "$(touch {m})'\"`touch {m}`",
     # sbatch's reader: a backslash escapes even inside quotes, so these end a shell-quoted word early
+    # (the first two add --account/--qos past shell quoting; the others make sbatch stop)
+    "x\\'\"'\" --account=evil --comment=INJECTED \\'",
+    "\\'\"'\" --qos=evil --comment=INJECTED \\'",
     "x\\' --account=evil --comment=INJECTED \\'",
     'x\\" --account=evil --comment=INJECTED \\"',
     "trailing backslash \\",

@@ -161,6 +161,6 @@ def test_the_reader_agrees_with_the_installed_sbatch(tmp_path: Path) -> None:
         assert real == ours, line
         if written is not None:
             assert real == [f"--comment={written}"], line
-        elif "--account=evil" in real:
+        elif {"--account=evil", "--qos=evil"} & set(real):
             shell_quoted_injections += 1
     assert shell_quoted_injections >= 2
