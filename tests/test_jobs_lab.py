@@ -7,6 +7,7 @@ it imports and the tests run on a machine with Slurm's clients (never the case t
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import sys
@@ -315,6 +316,9 @@ def test_submit_wait_blames_the_first_task_that_failed(cluster: Cluster) -> None
         cluster, "submit", "torchrun", "--wait", "-s", "nodes=4", "-s", f"python={sys.executable}",
         "-s", f"script={script}", "-s", f"log_dir={LOGS}", "-s", "time=5", "-s", "job_name=blame",
     )  # fmt: skip
+    capture = os.environ.get("HPCKIT_TEST_CAPTURE")  # a folder: keep the job's output as a sample
+    if capture:
+        (Path(capture) / "torchrun-first-failure-node3.out").write_text(done.stdout)
     assert done.rc == 1, done.stdout + done.stderr
     assert re.search(r"first to fail: task 2 on node3 \(exit code 1\)", done.stderr), done.stderr
     assert "rank 2 on node3: giving up" in done.stderr.split("the output up to that failure:")[1]
