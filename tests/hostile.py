@@ -47,7 +47,7 @@ CORPUS = [
     "rocket \U0001f680",
 ]
 # Text no parameter may hold: each is refused before anything is rendered, naming the parameter.
-REFUSED = ["a\nb", "a\rb", "a\x00b", "a\x1bb", "a\u2028b", "a\u202eb", "a\x85b"]
+REFUSED = ["a\nb", "a\rb", "a\x00b", "a\x1bb", "a\u2028b", "a\u202eb", "a\x85b", "a\udcffb"]
 
 TEXT_TYPES = {"str", "path", "args", "env", "sbatch_options"}
 

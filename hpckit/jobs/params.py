@@ -31,7 +31,7 @@ ParamValue = str | int | float | bool | tuple[str, ...]
 
 # C0 and C1 controls, the Unicode line and paragraph separators (Python's splitlines breaks at them),
 # and the bidirectional marks and overrides ("Trojan Source": text displayed in another order than read).
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 _CONTROL_NAMES = {"\n": "a newline", "\r": "a carriage return", "\t": "a tab", "\x00": "a NUL byte"}
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Slurm's time formats (sbatch(1) --time): M, M:S, H:M:S, D-H, D-H:M, D-H:M:S, or no limit.
@@ -128,6 +128,8 @@ def _text(spec: ParamSpec, raw: object) -> str:
     if bad:
         char = bad.group()
         name = unicodedata.name(char, "")
+        if "\ud800" <= char <= "\udfff":  # how Python keeps a byte of a command line that is not UTF-8
+            raise spec.error(text.encode("utf-8", "surrogateescape").decode("utf-8", "replace"), "is not UTF-8 text")
         what = _CONTROL_NAMES.get(char) or (f"U+{ord(char):04X} {name}" if name else f"the control character {char!r}")
         raise spec.error(text, f"contains {what}; parameters are single-line plain text")
     return text
