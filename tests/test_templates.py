@@ -426,3 +426,18 @@ def test_the_warning_signal_reaches_every_rank_then_the_job_requeues(
     lines = log.read_text().splitlines()
     assert lines[-2:] == ["saved", "scontrol requeue 4242"], (lines, stderr)
     assert "SIGTERM to every rank" in stderr and "requeueing job 4242" in stderr
+
+
+def test_sbatch_lines_with_values_must_be_written_by_sbatch(tmp_path: Path) -> None:
+    header = "{#- hpckit\nparams:\n  x: {type: str, default: a, help: h}\n-#}\n#!/bin/bash\n"
+    literal = _broken(tmp_path, header + '#SBATCH --exclusive\n{{ sbatch("comment", p.x) }}\necho {{ p.x }}\n')
+    assert literal.get("t").render({"x": "it's"}).script.splitlines()[1:3] == [
+        "#SBATCH --exclusive",
+        '#SBATCH --comment="it\'s"',
+    ]
+    by_hand = _broken(tmp_path, header + "#SBATCH --comment={{ p.x }}\necho hi\n")
+    with pytest.raises(TemplateError, match=r"an #SBATCH line with a value in it: write it with \{\{ sbatch"):
+        by_hand.get("t").render({})
+    twice = _broken(tmp_path, header + '{{ sbatch("comment", p.x) }}\n{{ sbatch("comment", "b") }}\necho {{ p.x }}\n')
+    with pytest.raises(InputError, match="--comment is set twice: by parameter x and by parameter a template value"):
+        twice.get("t").render({})

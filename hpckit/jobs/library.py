@@ -71,6 +71,8 @@ class Template:
     description: str
     params: dict[str, ParamSpec]
     library: Library
+    # The #SBATCH lines written out in the template's and its partials' source, with no value in them.
+    literal_directives: frozenset[str] = frozenset()
 
     def bind(self, given: Mapping[str, object]) -> dict[str, ParamValue]:
         return bind(self.name, self.params, given)
@@ -85,7 +87,7 @@ class Template:
             raise TemplateError(f"{self.path}: {exc.message}") from None
         if not script.startswith("#!"):
             raise TemplateError(f"{self.path}: the rendered script does not start with #!")
-        directives.check(script, str(self.path))
+        directives.check(script, str(self.path), self.literal_directives)
         mkdirs = tuple(str(values[n]) for n, spec in self.params.items() if spec.mkdir and values[n])
         return Rendered(self.name, script, values, mkdirs)
 
@@ -141,8 +143,10 @@ class Library:
         params = {key: _spec(path, key, decl) for key, decl in header.params.items()}
         template_ast = self._parse(path)
         used = _param_refs(template_ast)
+        literal = _literal_directives(path)
         for partial in self._partials(template_ast, set()):
             partial_path = self._locate(partial)
+            literal |= _literal_directives(partial_path)
             for key, decl in read_header(partial_path).params.items():
                 if key in params:
                     raise TemplateError(f"{path}: parameter {key!r} is also declared in {partial_path}")
@@ -152,7 +156,7 @@ class Library:
         site = {key: value for key, value in self.site_defaults.items() if key in params}
         params = _with_defaults(SITE_DEFAULTS, params, site)
         _check_usage(path, params, used)
-        return Template(name, path, header.description, params, self)
+        return Template(name, path, header.description, params, self, frozenset(literal))
 
     def _locate(self, filename: str) -> Path:
         for directory in self.dirs:
@@ -229,6 +233,15 @@ def _with_defaults(path: Path, params: dict[str, ParamSpec], defaults: dict[str,
             raise TemplateError(f"{path}: `defaults` names {key!r}, which no included partial declares")
         params[key] = _spec(path, key, {**params[key].model_dump(exclude={"name"}), "default": value})
     return params
+
+
+def _literal_directives(path: Path) -> set[str]:
+    """Source lines that start an #SBATCH (or #SLURM) directive and hold no Jinja: they print as they are."""
+    return {
+        line
+        for line in path.read_text().split("\n")
+        if line.startswith(("#SBATCH", "#SLURM")) and not re.search(r"\{\{|\{%|\{#", line)
+    }
 
 
 def _param_refs(template_ast: nodes.Template) -> set[str]:

@@ -8,16 +8,17 @@ Templates still must not put `{{ }}` inside double quotes, where single quotes a
 template tests execute every script with hostile values to hold them to that.
 
 `#SBATCH` lines are read by sbatch, not by a shell, with rules of its own (a backslash escapes even
-inside single quotes), so shell quoting is wrong there: templates write them with `{{ sbatch(...) }}`
-only, which quotes for sbatch (hpckit.slurm.directives). After rendering, the script's #SBATCH lines
-are read back the way sbatch reads them and must give exactly the options written, one by one.
+inside single quotes), so shell quoting is wrong there: a line with a value in it is written with
+`{{ sbatch(...) }}`, which quotes for sbatch (hpckit.slurm.directives) and checks the line reads back
+as exactly that option. After rendering, every line sbatch would take options from must be one of
+those, or a literal line of the template's own source (`#SBATCH --exclusive`).
 """
 
 from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -25,7 +26,13 @@ import jinja2
 
 from hpckit.errors import HpckitError, InputError
 from hpckit.jobs.params import ParamValue, Words
-from hpckit.slurm.directives import DirectiveError, directive_line, extra_option, read_directives
+from hpckit.slurm.directives import (
+    DirectiveError,
+    directive_line,
+    directive_lines,
+    extra_option,
+    read_directives,
+)
 
 
 class TemplateError(HpckitError):
@@ -128,6 +135,7 @@ class Directives:
 
     def __init__(self) -> None:
         self.written: list[tuple[str, str | None, str]] = []  # option, value, the parameter it came from
+        self.lines: list[str] = []
 
     def __call__(self, option: str, value: object = None, param: str | None = None) -> Raw:
         text = None if value is None else _number(value) if isinstance(value, int | float) else str(value)
@@ -142,6 +150,7 @@ class Directives:
                 raise TemplateError(str(exc)) from None
             raise InputError(f"parameter {source}: {text!r} cannot be written on an #SBATCH line: {exc}") from None
         self.written.append((option, text, source))
+        self.lines.append(line)
         return Raw(line)
 
     def extra(self, words: Words, param: str) -> Raw:
@@ -155,16 +164,17 @@ class Directives:
             lines.append(self(name, value, param))
         return Raw("\n".join(lines))
 
-    def check(self, script: str, where: str) -> None:
-        """The script's #SBATCH lines, read as sbatch reads them, give exactly the options written here."""
+    def check(self, script: str, where: str, literal: Collection[str] = ()) -> None:
+        """Every line sbatch takes options from is one `sbatch()` wrote, or one of the template's own
+        literal lines (no value in it); and sbatch would read the script without stopping."""
         try:
-            components = read_directives(script)
+            read_directives(script)
         except DirectiveError as exc:
             raise TemplateError(f"{where}: sbatch would refuse the script: {exc}") from None
-        expected = [f"--{o}" if v is None else f"--{o}={v}" for o, v, _ in self.written]
-        if components != [expected]:
-            found = [arg for component in components for arg in component]
-            stray = [arg for arg in found if arg not in expected] or found
-            raise TemplateError(
-                f"{where}: #SBATCH lines must be written with {{{{ sbatch(...) }}}}; sbatch would read {stray}"
-            )
+        written = set(self.lines)
+        for line in directive_lines(script):
+            if line not in written and line not in literal:
+                raise TemplateError(
+                    f"{where}: {line!r} is an #SBATCH line with a value in it: write it with {{{{ sbatch(...) }}}}, "
+                    "which quotes for sbatch's own reader"
+                )

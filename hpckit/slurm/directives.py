@@ -107,17 +107,23 @@ def _is_command(line: str) -> bool:
     return pos < len(line) and line[pos] != "#"
 
 
+def directive_lines(script: str) -> list[str]:
+    """The lines sbatch takes options from: those starting with a magic word, up to the first command."""
+    lines = []
+    # sbatch splits the script on '\n' only (next_line), never on other line breaks.
+    for line in script.split("\n"):
+        if _magic(line) is not None:
+            lines.append(line)
+        elif _is_command(line):
+            break
+    return lines
+
+
 def read_directives(script: str) -> list[list[str]]:
     """The arguments sbatch takes from `script`'s #SBATCH lines: one list per heterogeneous component."""
     components: list[list[str]] = [[]]
-    # sbatch splits the script on '\n' only (next_line), never on other line breaks.
-    for line in script.split("\n"):
-        magic = _magic(line)
-        if magic is None:
-            if _is_command(line):
-                break
-            continue
-        rest = line[len(magic) :]
+    for line in directive_lines(script):
+        rest = line[len(_magic(line) or "") :]
         if _blank_separator(rest, _skip_blanks(rest, 0)) != rest:
             components.append([])
         components[-1].extend(_arguments(rest))
