@@ -439,5 +439,5 @@ def test_sbatch_lines_with_values_must_be_written_by_sbatch(tmp_path: Path) -> N
     with pytest.raises(TemplateError, match=r"an #SBATCH line with a value in it: write it with \{\{ sbatch"):
         by_hand.get("t").render({})
     twice = _broken(tmp_path, header + '{{ sbatch("comment", p.x) }}\n{{ sbatch("comment", "b") }}\necho {{ p.x }}\n')
-    with pytest.raises(InputError, match="--comment is set twice: by parameter x and by parameter a template value"):
+    with pytest.raises(InputError, match="--comment is set twice: by parameter x and by the template itself"):
         twice.get("t").render({})

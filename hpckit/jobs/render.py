@@ -134,21 +134,22 @@ class Directives:
     remembers it, so the rendered script can be checked to hold these options and no others."""
 
     def __init__(self) -> None:
-        self.written: list[tuple[str, str | None, str]] = []  # option, value, the parameter it came from
+        self.written: list[tuple[str, str | None, str]] = []  # option, value, where it came from
         self.lines: list[str] = []
 
     def __call__(self, option: str, value: object = None, param: str | None = None) -> Raw:
         text = None if value is None else _number(value) if isinstance(value, int | float) else str(value)
-        source = param or getattr(value, "param", "") or "a template value"
+        name = param or getattr(value, "param", "")
+        source = f"parameter {name}" if name else "the template itself"
         for done, _, owner in self.written:
             if done == option:
-                raise InputError(f"--{option} is set twice: by parameter {owner} and by parameter {source}")
+                raise InputError(f"--{option} is set twice: by {owner} and by {source}")
         try:
             line = directive_line(option, text)
         except DirectiveError as exc:
             if not re.fullmatch(r"[a-z][a-z0-9-]*", option):
                 raise TemplateError(str(exc)) from None
-            raise InputError(f"parameter {source}: {text!r} cannot be written on an #SBATCH line: {exc}") from None
+            raise InputError(f"{source}: {text!r} cannot be written on an #SBATCH line: {exc}") from None
         self.written.append((option, text, source))
         self.lines.append(line)
         return Raw(line)
