@@ -37,6 +37,7 @@ from hpckit.slurm.jobs import (
     cancel_jobs,
     describe_failure,
     failure_status,
+    failure_tail,
     poll_intervals,
 )
 from hpckit.slurm.parsers import SlurmParseError
@@ -484,7 +485,7 @@ def test_the_first_task_to_fail_is_blamed_not_the_last() -> None:
     assert message.startswith(
         "job 14 FAILED (exit code 143) on node1: NonZeroExitCode; first to fail: task 2 on node3 (exit code 1)"
     )
-    assert "up to that failure:" in message and message.endswith("srun: error: node3: task 2: Exited with exit code 1")
+    assert "at that failure:" in message and message.endswith("srun: error: node3: task 2: Exited with exit code 1")
     assert "illegal memory access" in message and caught.value.exit_code == 1
     assert failure_status(caught.value.record, None) == 143
 
@@ -527,3 +528,27 @@ def test_cancel_command_exit_codes(monkeypatch: pytest.MonkeyPatch) -> None:
     assert unknown.exit_code == 1 and "job 99 is not queued or running" in unknown.stderr
     usage = CliRunner().invoke(cli_with_jobs(), ["cancel"])
     assert usage.exit_code == 2
+
+
+def test_the_first_failure_of_a_real_torchrun_job() -> None:
+    """The lab's torchrun job whose rank on node3 exits 1: srun kills the other three, which then report
+    exit code 1 too; the blame and the log tail (torchrun's own root cause) point at node3."""
+    output = lab("torchrun-first-failure-node3-22.05.8.out")
+    failures = task_failures(output)
+    assert [(f.hosts, f.tasks, f.exit_code) for f in failures] == [
+        ("node3", "2", 1),
+        ("node1", "0", 1),
+        ("node2", "1", 1),
+        ("node4", "3", 1),
+    ]
+    tail = failure_tail(output, failures[0])
+    assert tail.endswith("srun: error: node3: task 2: Exited with exit code 1")
+    assert "  host      : node3" in tail and "  rank      : 2 (local_rank: 0)" in tail
+
+
+def test_a_tasks_words_written_after_sruns_report_stay_in_the_tail() -> None:
+    """srun forwards a task's output apart from its own messages: the task's last line can land after."""
+    output = (
+        "hpckit: job 9 (run) on node1, 1 node(s)\nsrun: error: node1: task 0: Exited with exit code 7\nlast-words\n"
+    )
+    assert failure_tail(output, task_failures(output)[0]).endswith("last-words")

@@ -151,8 +151,8 @@ def _report(done: Submitted, outcome: JobOutcome, as_json: bool) -> None:
         failure = describe_failure(record, None, "", first)
         click.echo(f"hpckit: error: {failure}; output: {outcome.output_path or 'unknown'}", err=True)
         if first is not None and not as_json:
-            tail = failure_tail(outcome.output or "", first, 10)
-            click.echo(f"hpckit: the output up to that failure:\n{tail}", err=True)
+            tail = failure_tail(outcome.output or "", first)
+            click.echo(f"hpckit: the output at that failure:\n{tail}", err=True)
         sys.exit(failure_status(record, first))
 
 

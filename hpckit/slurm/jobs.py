@@ -101,7 +101,7 @@ def describe_failure(record: JobRecord, output_path: str | None, tail: str, firs
     if first is not None:
         text += f"; first to fail: {first.describe()}"
     if output_path and tail.strip():
-        before = " up to that failure" if first is not None else ""
+        before = " at that failure" if first is not None else ""
         text += f"\nlast lines of {output_path}{before}:\n{tail.rstrip()}"
     elif output_path:
         text += f"\n{output_path} is empty or unreadable"
@@ -109,10 +109,14 @@ def describe_failure(record: JobRecord, output_path: str | None, tail: str, firs
 
 
 def failure_tail(output: str, first: TaskFailure | None, lines: int = 20) -> str:
-    """The output's last lines, or with a first failure the lines up to and including srun's report of it
-    (what the failing task printed last, before the other ranks were killed)."""
+    """The output's last lines; with a first failure, the last lines before the other tasks' ends are
+    reported: srun's report of the failure and what the task printed, which may reach the file just
+    after srun's line (its output is forwarded apart from srun's own messages)."""
     text = output.splitlines()
-    end = first.line + 1 if first is not None else len(text)
+    end = len(text)
+    if first is not None:
+        later = (i for i in range(first.line + 1, len(text)) if text[i].startswith(("srun: ", "slurmstepd")))
+        end = next(later, len(text))
     return "\n".join(text[max(0, end - lines) : end])
 
 
