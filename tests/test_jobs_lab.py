@@ -394,9 +394,17 @@ while True:
 """
 
 
+def _job_fields(login: Any, job_id: str) -> dict[str, str]:
+    (fields,) = parse_scontrol(login.run(["scontrol", "show", "job", "-o", job_id]).stdout)
+    return fields
+
+
 def test_torchrun_checkpoints_on_the_warning_signal_and_resumes_after_requeue(cluster: Cluster, login: Any) -> None:
     """The warning Slurm sends before the time limit (--signal=B:USR1), sent now with scancel: every rank
-    gets SIGTERM and saves, the job requeues itself and its second run resumes, in the same log."""
+    gets SIGTERM and saves, the job requeues itself and its second run resumes, in the same log.
+
+    Slurm holds a requeued batch job back for its credential's lifetime (120 s by default,
+    batch_requeue_fini in slurmctld/job_mgr.c); the test lets it start at once (StartTime=now)."""
     script = _shared_script(cluster, "checkpointing", CHECKPOINTING)
     checkpoint = f"{script}.ckpt"
     values = {
@@ -406,15 +414,24 @@ def test_torchrun_checkpoints_on_the_warning_signal_and_resumes_after_requeue(cl
     jobs = Jobs(CliBackend(login), login)
     job_id = submit(Library().get("torchrun").render(values), jobs).job_id
     log = f"{LOGS}/requeue-me-{job_id}.out"
+
+    def seen() -> str:
+        return f"{jobs.read_file(log)}\n{_job_fields(login, job_id)}"
+
     deadline = time.monotonic() + 120
     while "training" not in (jobs.read_file(log) or ""):
-        assert time.monotonic() < deadline, jobs.read_file(log)
+        assert time.monotonic() < deadline, seen()
         time.sleep(0.5)
     assert login.run(["scancel", "--signal=USR1", "--batch", job_id]).ok
-    record = jobs.wait(job_id, timeout=240)
+    deadline = time.monotonic() + 120
+    while not (_job_fields(login, job_id)["Restarts"] == "1" and _job_fields(login, job_id)["JobState"] == "PENDING"):
+        assert time.monotonic() < deadline, seen()
+        time.sleep(0.5)
+    assert login.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"]).ok
+    record = jobs.wait(job_id, timeout=180)
     output = jobs.read_file(log) or ""
     assert record.state == "COMPLETED", (record, output)
     assert "SIGTERM: checkpoint saved at step" in output and "requeueing job" in output, output
     assert re.search(r"resumed from step \d+ \(restart 1\)", output), output
-    (fields,) = parse_scontrol(login.run(["scontrol", "show", "job", "-o", job_id]).stdout)
+    fields = _job_fields(login, job_id)
     assert fields["Restarts"] == "1" and fields["Requeue"] == "1"
