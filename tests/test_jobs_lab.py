@@ -22,7 +22,7 @@ import pytest
 from hpckit.jobs.library import Library
 from hpckit.jobs.submit import check_accepted, submit
 from hpckit.slurm.jobparse import parse_scontrol
-from hpckit.slurm.jobs import CliBackend, JobFailedError, Jobs
+from hpckit.slurm.jobs import CliBackend, JobFailedError, Jobs, JobWaitTimeout
 from hpckit.slurm.transport import LocalTransport
 from tests.hostile import CORPUS, render_hostile
 from tests.jobutil import hpckit_jobs
@@ -408,7 +408,7 @@ def test_torchrun_checkpoints_on_the_warning_signal_and_resumes_after_requeue(cl
     script = _shared_script(cluster, "checkpointing", CHECKPOINTING)
     checkpoint = f"{script}.ckpt"
     values = {
-        "nodes": "2", "python": sys.executable, "script": script, "args": checkpoint, "log_dir": LOGS,
+        "nodes": "1", "python": sys.executable, "script": script, "args": checkpoint, "log_dir": LOGS,
         "time": "5", "job_name": "requeue-me",
     }  # fmt: skip
     jobs = Jobs(CliBackend(login), login)
@@ -428,7 +428,13 @@ def test_torchrun_checkpoints_on_the_warning_signal_and_resumes_after_requeue(cl
         assert time.monotonic() < deadline, seen()
         time.sleep(0.5)
     assert login.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"]).ok
-    record = jobs.wait(job_id, timeout=180)
+    try:
+        record = jobs.wait(job_id, timeout=180)
+    except JobWaitTimeout:
+        capture = os.environ.get("HPCKIT_TEST_CAPTURE")
+        if capture:
+            (Path(capture) / "requeue-timeout.txt").write_text(seen())
+        raise AssertionError(seen()) from None
     output = jobs.read_file(log) or ""
     assert record.state == "COMPLETED", (record, output)
     assert "SIGTERM: checkpoint saved at step" in output and "requeueing job" in output, output
