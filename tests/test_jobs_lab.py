@@ -403,8 +403,9 @@ def test_torchrun_checkpoints_on_the_warning_signal_and_resumes_after_requeue(cl
     """The warning Slurm sends before the time limit (--signal=B:USR1), sent now with scancel: every rank
     gets SIGTERM and saves, the job requeues itself and its second run resumes, in the same log.
 
-    Slurm holds a requeued batch job back for its credential's lifetime (120 s by default,
-    batch_requeue_fini in slurmctld/job_mgr.c); the test lets it start at once (StartTime=now)."""
+    Slurm holds a requeued batch job back for its credential's lifetime plus a second (121 s by
+    default; batch_requeue_fini in slurmctld/job_mgr.c: slurmd refuses a launch credential older than
+    the job's revocation), so this test takes a little over two minutes."""
     script = _shared_script(cluster, "checkpointing", CHECKPOINTING)
     checkpoint = f"{script}.ckpt"
     values = {
@@ -423,13 +424,8 @@ def test_torchrun_checkpoints_on_the_warning_signal_and_resumes_after_requeue(cl
         assert time.monotonic() < deadline, seen()
         time.sleep(0.5)
     assert login.run(["scancel", "--signal=USR1", "--batch", job_id]).ok
-    deadline = time.monotonic() + 120
-    while not (_job_fields(login, job_id)["Restarts"] == "1" and _job_fields(login, job_id)["JobState"] == "PENDING"):
-        assert time.monotonic() < deadline, seen()
-        time.sleep(0.5)
-    assert login.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"]).ok
     try:
-        record = jobs.wait(job_id, timeout=180)
+        record = jobs.wait(job_id, timeout=360)
     except JobWaitTimeout:
         capture = os.environ.get("HPCKIT_TEST_CAPTURE")
         if capture:
