@@ -1,14 +1,18 @@
-"""Per-release Slurm knowledge (hpckit/data/slurm-releases.yaml): versions, upgrade paths.
+"""Per-release Slurm knowledge (hpckit/data/slurm-releases.yaml): versions, upgrade paths, slurm.conf keys.
 
 One table that slurm.conf rendering, blueprint validation, `hpckit plan` and `hpckit upgrade` share, so
-that what one of them knows of a release the others know too.
+that what one of them knows of a release the others know too: for each slurm.conf key, the releases that
+read it, what a change to it needs to take effect, and the plugins it accepts.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import cache, total_ordering
+from typing import Any, Literal, cast
 
 import yaml
 
@@ -43,6 +47,11 @@ class Version:
     def series(self) -> str:
         return f"{self.major:02d}.{self.minor:02d}"
 
+    @property
+    def series_version(self) -> Version:
+        """This version's release series, without the micro release (24.11.5 -> 24.11)."""
+        return Version(self.major, self.minor)
+
     def _key(self) -> tuple[int, int, int]:
         return (self.major, self.minor, self.micro if self.micro is not None else -1)
 
@@ -64,9 +73,14 @@ class Release:
 
 
 @cache
+def _data() -> dict[str, Any]:
+    return cast(dict[str, Any], yaml.safe_load(RELEASES_FILE.read_text(encoding="utf-8")))
+
+
+@cache
 def releases() -> dict[str, Release]:
     """Every release series hpckit knows, oldest first."""
-    data = yaml.safe_load(RELEASES_FILE.read_text(encoding="utf-8"))
+    data = _data()
     return {
         series: Release(series, tuple(e["upgrades_from"]), bool(e["supported"]), bool(e["debian_packaging"]))
         for series, e in data["releases"].items()
@@ -121,3 +135,238 @@ def upgrade_path(current: str, target: str) -> list[str]:
                 next_frontier.append([*chain, series])
         frontier = next_frontier
     return []
+
+
+# --- slurm.conf keys ---------------------------------------------------------------------------------
+
+Apply = Literal["reconfigure", "slurmd_restart", "slurmctld_restart", "unsupported"]
+APPLY_ORDER: tuple[Apply, ...] = ("reconfigure", "slurmd_restart", "slurmctld_restart", "unsupported")
+AsVersion = str | Version
+
+
+def _version(value: AsVersion) -> Version:
+    return value if isinstance(value, Version) else Version.parse(value)
+
+
+def default_series() -> Version:
+    """The release a blueprint that names none runs: the distribution's package (Debian 12: 22.05)."""
+    return Version.parse(str(_data()["distro_default"]))
+
+
+@dataclass(frozen=True)
+class Span:
+    """The releases something exists in: from ``added`` (None: always) up to, not including, ``removed``."""
+
+    added: Version | None = None
+    removed: Version | None = None
+    replaced_by: str | None = None
+    removed_exactly: bool = True  # False: ``removed`` is the first release known without it, not its date
+
+    def problem(self, what: str, version: Version) -> str | None:
+        """Why ``what`` is not in Slurm ``version``; None when it is."""
+        if self.added is not None and version.series_version < self.added:
+            return f"{what} is new in Slurm {self.added}; this blueprint's Slurm is {version.series}"
+        if self.removed is not None and version.series_version >= self.removed:
+            use = f"; use {self.replaced_by}" if self.replaced_by else ""
+            when = f"in Slurm {self.removed}" if self.removed_exactly else f"by Slurm {self.removed} at the latest"
+            return f"{what} was removed {when}{use}"
+        return None
+
+
+@dataclass(frozen=True)
+class ConfKey:
+    """One slurm.conf key as the table knows it."""
+
+    name: str
+    span: Span
+    renamed_to: str | None = None
+    renamed_in: Version | None = None
+    apply: tuple[tuple[Version, Apply], ...] = ((Version(0, 0), "reconfigure"),)
+    plugins: Mapping[str, Span] = field(default_factory=dict)  # lower-cased plugin name -> span
+    plugin_names: Mapping[str, str] = field(default_factory=dict)  # lower-cased -> as written
+    plugin_list: bool = False
+    why: str = ""
+
+    def problem(self, version: AsVersion) -> str | None:
+        """Why Slurm ``version`` does not read this key; None when it does."""
+        ver = _version(version)
+        if self.renamed_to and self.renamed_in is not None and ver.series_version >= self.renamed_in:
+            return f"{self.name} was renamed {self.renamed_to} in Slurm {self.renamed_in}; write {self.renamed_to}"
+        return self.span.problem(self.name, ver)
+
+    def apply_in(self, version: AsVersion) -> Apply:
+        return _class_in(self.apply, _version(version))
+
+
+def _class_in(rules: tuple[tuple[Version, Apply], ...], version: Version) -> Apply:
+    """The class of the latest rule at or before ``version`` (the earliest rule before any of them)."""
+    current = rules[0][1]
+    for since, cls in rules:
+        if version.series_version >= since:
+            current = cls
+    return current
+
+
+def _series(value: object) -> Version | None:
+    return None if value is None else Version.parse(str(value))
+
+
+def _rules(value: object) -> tuple[tuple[Version, Apply], ...]:
+    if value is None:
+        return ((Version(0, 0), "reconfigure"),)
+    if isinstance(value, str):
+        return ((Version(0, 0), _apply_class(value)),)
+    items = cast(dict[str, str], value).items()
+    return tuple(sorted(((Version.parse(s), _apply_class(c)) for s, c in items), key=lambda r: r[0]))
+
+
+def _apply_class(value: str) -> Apply:
+    if value not in APPLY_ORDER:
+        raise ReleaseError(f"{RELEASES_FILE}: {value!r} is not one of {', '.join(APPLY_ORDER)}")
+    return value
+
+
+def _span(entry: Mapping[str, Any]) -> Span:
+    exact = "removed_by" not in entry
+    removed = _series(entry.get("removed") if exact else entry.get("removed_by"))
+    return Span(_series(entry.get("added")), removed, entry.get("replaced_by"), exact)
+
+
+def _conf_key(name: str, entry: Mapping[str, Any]) -> ConfKey:
+    renamed = entry.get("renamed") or {}
+    plugins = cast(dict[str, dict[str, Any]], entry.get("plugins") or {})
+    return ConfKey(
+        name=name,
+        span=_span(entry),
+        renamed_to=renamed.get("to"),
+        renamed_in=_series(renamed.get("in")),
+        apply=_rules(entry.get("apply")),
+        plugins={p.lower(): _span(spec or {}) for p, spec in plugins.items()},
+        plugin_names={p.lower(): p for p in plugins},
+        plugin_list=bool(entry.get("list")),
+        why=str(entry.get("why", "")),
+    )
+
+
+@cache
+def conf_keys() -> dict[str, ConfKey]:
+    """Every slurm.conf key hpckit knows, by lower-cased name (Slurm's keys ignore case)."""
+    return {name.lower(): _conf_key(name, entry or {}) for name, entry in _data()["slurm_conf"].items()}
+
+
+def conf_key(name: str) -> ConfKey | None:
+    return conf_keys().get(name.lower())
+
+
+def key_problem(name: str, version: AsVersion) -> str | None:
+    """Why slurm.conf key ``name`` is wrong for Slurm ``version`` (unknown, not yet there, removed or
+    renamed); None when Slurm ``version`` reads it."""
+    key = conf_key(name)
+    if key is None:
+        names = [k.name for k in conf_keys().values() if k.problem(version) is None]
+        close = difflib.get_close_matches(name.lower(), [n.lower() for n in names], n=1, cutoff=0.75)
+        hint = f"; did you mean {next(n for n in names if n.lower() == close[0])!r}?" if close else ""
+        return f"{name!r} is not a slurm.conf key{hint}"
+    return key.problem(version)
+
+
+def value_problems(name: str, value: str, version: AsVersion) -> list[str]:
+    """What is wrong with the plugin(s) named by ``value`` for plugin-typed key ``name`` in ``version``."""
+    key = conf_key(name)
+    if key is None or not key.plugins:
+        return []
+    tokens = [t.strip() for t in value.split(",")] if key.plugin_list else [value.strip()]
+    return [p for p in (_plugin_problem(key, t, _version(version)) for t in tokens if t) if p]
+
+
+def _plugin_problem(key: ConfKey, token: str, version: Version) -> str | None:
+    kind, slash, _ = next(iter(key.plugin_names.values())).partition("/")
+    if not slash:  # a key whose plugins go by bare names (MpiDefault=pmix); a type/ prefix is tolerated
+        full = token.rpartition("/")[2]
+    else:
+        full = token if "/" in token or not key.plugin_list else f"{kind}/{token}"
+    span = key.plugins.get(full.lower())
+    if span is not None:
+        return span.problem(f"{key.name}={key.plugin_names[full.lower()]}", version)
+    names = [key.plugin_names[p] for p, s in key.plugins.items() if s.problem("", version) is None]
+    close = difflib.get_close_matches(full.lower(), [n.lower() for n in names], n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"{key.name}: {token!r} is not a plugin of Slurm {version.series} ({hint}known: {', '.join(names)})"
+
+
+def apply_for(name: str, version: AsVersion) -> Apply:
+    """What a change of slurm.conf key ``name`` needs to take effect in Slurm ``version``. A key the table
+    does not know gets a slurmctld restart: nothing says less is enough."""
+    key = conf_key(name)
+    return key.apply_in(version) if key is not None else "slurmctld_restart"
+
+
+def restart_keys(version: AsVersion) -> list[str]:
+    """The slurm.conf keys (as Slurm spells them) whose change needs a daemon restart in Slurm ``version``:
+    the list the Ansible roles restart for (they apply any other change with `scontrol reconfigure`)."""
+    wanted = ("slurmd_restart", "slurmctld_restart")
+    return [k.name for k in conf_keys().values() if k.problem(version) is None and k.apply_in(version) in wanted]
+
+
+def unread_keys(version: AsVersion) -> list[str]:
+    """The slurm.conf keys (lower-cased) that Slurm ``version`` does not read: never rendered for it."""
+    return [name for name, key in conf_keys().items() if key.problem(version) is not None]
+
+
+@dataclass(frozen=True)
+class ConfForRelease:
+    settings: dict[str, str]  # what Slurm ``version`` reads, renamed keys under their new name
+    dropped: dict[str, str]  # key -> why it was left out
+
+
+def conf_for_release(settings: Mapping[str, str], version: AsVersion) -> ConfForRelease:
+    """``settings`` (slurm.conf KEY: value) as Slurm ``version`` reads them: a key the release renamed is
+    written under its new name, one it removed or does not have yet is left out, with the reason. A key
+    the table does not know is kept: validation refuses those in a blueprint, and whatever else hpckit
+    writes must not vanish because the table lags a release."""
+    kept: dict[str, str] = {}
+    dropped: dict[str, str] = {}
+    for name, value in settings.items():
+        key = conf_key(name)
+        if key is None:
+            kept[name] = value
+            continue
+        if key.renamed_to and key.problem(version) is not None:
+            target = conf_key(key.renamed_to)
+            if target is not None and target.problem(version) is None:
+                kept[target.name] = _renamed_plugins(key, target, value)
+                continue
+        problem = key.problem(version)
+        if problem is None:
+            kept[name] = value
+        else:
+            dropped[name] = problem
+    return ConfForRelease(kept, dropped)
+
+
+def _renamed_plugins(old: ConfKey, new: ConfKey, value: str) -> str:
+    """A value of a renamed plugin key in the new key's plugin family (job_container/tmpfs ->
+    namespace/tmpfs) where the new key has that plugin; anything else is kept as written."""
+    if not old.plugin_names or not new.plugin_names:
+        return value
+    old_kind = next(iter(old.plugin_names.values())).split("/", 1)[0]
+    new_kind = next(iter(new.plugin_names.values())).split("/", 1)[0]
+    out = []
+    for token in value.split(","):
+        kind, _, plugin = token.strip().partition("/")
+        moved = f"{new_kind}/{plugin}"
+        out.append(moved if kind.lower() == old_kind and moved.lower() in new.plugins else token.strip())
+    return ",".join(out)
+
+
+def topology_key_problem(name: str, version: AsVersion) -> str | None:
+    """Why topology.conf key ``name`` is not in Slurm ``version``; None when it is."""
+    entry = _data()["topology_conf"].get(name)
+    if entry is None:
+        return f"{name!r} is not a topology.conf key"
+    return _span(entry).problem(f"topology.conf {name}", _version(version))
+
+
+def topology_small_blocks(version: AsVersion) -> bool:
+    """Whether Slurm ``version`` takes a topology/block block smaller than the base block size."""
+    return _version(version).series_version >= Version.parse(str(_data()["topology_small_blocks_from"]))

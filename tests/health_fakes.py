@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from hpckit.slurm.transport import CommandResult
@@ -24,6 +24,7 @@ class FakeSlurm:
     updates: list[tuple[str, ...]] = field(default_factory=list)
     where: str = "fake"
     broken: bool = False  # every command fails (munge down on this node)
+    other: Callable[[tuple[str, ...]], CommandResult] | None = None  # answers what is not faked here
 
     @classmethod
     def of(cls, *names: str) -> FakeSlurm:
@@ -42,16 +43,26 @@ class FakeSlurm:
             return CommandResult(args, 1, "", "Invalid authentication credential", self.where)
         if args[0] == "sinfo":
             wanted = args[args.index("-n") + 1].split(",") if "-n" in args else list(self.nodes)
-            lines = [f"{n}|{s.state}{s.flags}|{s.partition}|{s.reason}" for n, s in self.nodes.items() if n in wanted]
+            parts = "%P" in args[args.index("-o") + 1]  # '%N|%T|%P|%E' or '%N|%T|%E'
+            lines = [
+                f"{n}|{s.state}{s.flags}|{s.partition + '|' if parts else ''}{s.reason}"
+                for n, s in self.nodes.items()
+                if n in wanted
+            ]
             return CommandResult(args, 0, "\n".join(lines) + "\n", "", self.where)
         if args[:2] == ("scontrol", "update"):
             self.updates.append(args)
             fields = dict(a.split("=", 1) for a in args[2:])
             node = self.nodes[fields["nodename"]]
-            if fields["state"] == "drain":
-                node.state = "drained" if node.state in ("idle", "drained") else "draining"
+            if fields["state"] == "drain":  # sinfo shows DOWN+DRAIN as drained too
+                node.state = "drained" if node.state in ("idle", "drained", "down") else "draining"
                 node.reason = fields["reason"]
-            elif fields["state"] == "resume":
+            elif fields["state"] == "resume":  # a node that does not answer stays so ('*') until it does
                 node.state, node.reason = "idle", ""
             return CommandResult(args, 0, "", "", self.where)
+        if self.other is not None:
+            return self.other(args)
         return CommandResult(args, 127, "", f"{args[0]}: not faked", self.where)
+
+    def close(self) -> None:
+        """Nothing to close."""

@@ -185,13 +185,13 @@ def _tasks(path: Path) -> Iterator[dict[str, Any]]:
             yield from task.get(key, [])
 
 
+# What a task's arguments name when it reads or writes a secret's bytes (not merely its path or checksum).
 SECRET_MARKERS = (
     "munge_key_content",
-    "munge_key_path",
+    "ansible.builtin.slurp",
     "db_password",
+    "password_b64",
     "slurmdbd.conf",
-    "munge_probe",
-    "slurm_accounting_probe",
 )
 
 
@@ -205,6 +205,16 @@ def test_every_task_touching_a_secret_has_no_log() -> None:
                 checked += 1
                 assert task.get("no_log") is True, f"{path.relative_to(ANSIBLE)}: {task['name']!r} lacks no_log"
     assert checked >= 6
+
+
+def test_no_log_only_where_a_secret_is() -> None:
+    """no_log hides a failure's cause too (an unreachable host's SSH error among them): only tasks that
+    handle a secret's bytes may have it."""
+    for path in sorted(ROLES.glob("*/tasks/*.yml")):
+        for task in _tasks(path):
+            if task.get("no_log"):
+                text = repr({k: v for k, v in task.items() if k not in ("name", "no_log", "when", "register")})
+                assert any(m in text for m in SECRET_MARKERS), f"{path.relative_to(ANSIBLE)}: {task['name']!r}"
 
 
 def test_every_service_task_uses_the_service_module() -> None:
@@ -311,6 +321,7 @@ def test_site_plays_come_in_the_order_the_cluster_needs() -> None:
     roles = [[r["role"] for r in play.get("roles", [])] or [play["name"]] for play in plays]
     assert roles == [
         ["munge"],
+        ["Nodes removed from the blueprint"],  # slurmd off before slurmctld learns they are gone
         ["shared_fs"],
         ["infiniband", "nvidia"],  # before slurm.conf: topology.conf turns on TopologyPlugin
         ["slurm_common"],
@@ -324,7 +335,7 @@ def test_site_plays_come_in_the_order_the_cluster_needs() -> None:
     ]
     # Only the first play gathers (the service manager, cached): the others cost no fact round trip.
     assert [p.get("gather_facts", True) for p in plays[1:]] == [False] * (len(plays) - 1)
-    assert plays[2]["hosts"] == plays[0]["hosts"]  # topology.conf reaches slurmctld's host too
+    assert plays[3]["hosts"] == plays[0]["hosts"]  # topology.conf reaches slurmctld's host too
 
 
 def test_slurm_conf_turns_on_the_tree_topology_when_the_fabric_gave_one() -> None:
@@ -341,10 +352,15 @@ def test_gres_conf_is_left_to_the_nvidia_role_on_gpu_nodes() -> None:
 
 
 def test_roles_restart_for_the_keys_plan_labels_as_restarts() -> None:
-    """The roles restart the daemons for exactly the slurm.conf keys `hpckit plan` labels a restart (plus node
-    lines); any other change goes live through `scontrol reconfigure`, as plan says."""
-    from hpckit.deploy.changes import RESTART_PARAMETERS
+    """The roles' default restart list is the per-release table's for the distribution's release (hpckit
+    passes each cluster's own list in its extravars, tests/test_slurm_conf_table.py), and plan labels
+    exactly those keys a restart."""
+    from hpckit.deploy.changes import Action, key_action
+    from hpckit.slurm_releases import conf_keys, default_series, restart_keys
 
     defaults = YAML(typ="safe").load((ROLES / "slurm_common" / "defaults" / "main.yml").read_text())
-    keys = {k.lower() for k in defaults["slurm_common_restart_keys"]}
-    assert keys == RESTART_PARAMETERS | {"nodename"}
+    assert defaults["slurm_common_restart_keys"] == restart_keys(default_series())
+    restarts = {k.lower() for k in defaults["slurm_common_restart_keys"]}
+    for name, key in conf_keys().items():
+        if key.problem(default_series()) is None and key_action(name, default_series()) != Action.UNSUPPORTED:
+            assert (key_action(name, default_series()) != Action.RECONFIGURE) == (name in restarts), name

@@ -45,3 +45,54 @@ def test_diffs_of_new_files_and_loops() -> None:
     line = {"before": "a\n", "after": "a\nb\n", "before_header": "/etc/fstab"}
     tr.feed(ev("runner_on_ok", host="n1", task="fstab", changed=True, results=[{"diff": [line], "changed": True}]))
     assert [(d.path, d.after) for d in tr.diffs] == [("/etc/nccl.conf", "x\n"), ("/etc/fstab", "a\nb\n")]
+
+
+def test_a_failed_task_shows_the_tail_of_what_it_printed() -> None:
+    tr = Tracker()
+    stderr = "\n".join(f"line {i}" for i in range(20)) + "\nsbatch: error: Batch job submission failed: Invalid account"
+    tr.feed(
+        ev(
+            "runner_on_failed",
+            host="login",
+            task="Queue the next nightly sweep job",
+            msg="non-zero return code",
+            rc=1,
+            stderr=stderr,
+            stdout="",
+        )
+    )
+    tr.feed(
+        ev(
+            "runner_on_failed",
+            host="ctl",
+            task="x",
+            msg="non-zero return code",
+            rc=2,
+            stderr="",
+            stdout="ERROR: /shared/venv/bin/python: not found",
+        )
+    )
+    first, second = (str(f) for f in tr.failures)
+    assert "non-zero return code" in first and "Invalid account" in first and "line 13" in first
+    assert "line 12" not in first  # a tail, not the whole log
+    assert second.endswith("stdout: ERROR: /shared/venv/bin/python: not found")
+
+
+def test_restarts_applied_are_collected() -> None:
+    tr = Tracker()
+    svc = {"invocation": {"module_args": {"name": "slurmd", "state": "restarted"}}}
+    started = {"invocation": {"module_args": {"name": "munge", "state": "started"}}}
+    reconf = {"invocation": {"module_args": {"argv": ["scontrol", "reconfigure"]}}}
+    for host, res in (("node1", svc), ("node2", started), ("ctl", reconf)):
+        tr.feed(
+            {
+                "event": "runner_on_ok",
+                "event_data": {
+                    "host": host,
+                    "task": "t",
+                    "task_action": "ansible.builtin.service" if host != "ctl" else "ansible.builtin.command",
+                    "res": {"changed": True, **res},
+                },
+            }
+        )
+    assert tr.restarts == [("node1", "slurmd restarted"), ("ctl", "scontrol reconfigure")]

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from hpckit.health.model import ABSENT, Status
 from hpckit.health.policy import (
+    REACH_CHECK,
     Action,
     CheckMemory,
     NodeMemory,
@@ -83,7 +84,8 @@ def test_reason_round_trip() -> None:
         ("draining", "admin: testing", "", Ownership.FOREIGN),
         ("drained", "", "", Ownership.FOREIGN),
         ("down", "Not responding", "*", Ownership.UNAVAILABLE),
-        ("down", "hpckit:munge-down:host.munge", "", Ownership.UNAVAILABLE),
+        ("down", "hpckit:munge-down:host.munge", "*", Ownership.OURS),  # Slurm set DOWN, kept hpckit's reason
+        ("down", "admin: PSU swap", "", Ownership.UNAVAILABLE),
         ("idle", "", "*", Ownership.IN_SERVICE),
         ("fail", "bad", "", Ownership.UNAVAILABLE),
         ("maint", "", "", Ownership.UNAVAILABLE),
@@ -93,6 +95,91 @@ def test_reason_round_trip() -> None:
 )
 def test_ownership(state: str, reason: str, flags: str, expected: Ownership) -> None:
     assert ownership(node("n", state, reason, flags)) is expected
+
+
+@pytest.mark.parametrize(
+    ("state", "reason", "expected"),
+    [
+        ("down", "Not responding", Ownership.OURS),  # hpckit saw it failing, then Slurm set it DOWN
+        ("down", "Kill task failed", Ownership.OURS),
+        ("drained", "Not responding", Ownership.OURS),
+        ("down", "admin: PSU swap", Ownership.UNAVAILABLE),  # a person took it over meanwhile
+        ("drained", "admin: fan", Ownership.FOREIGN),
+        ("idle", "", Ownership.IN_SERVICE),
+    ],
+)
+def test_ownership_of_a_node_hpckit_saw_failing(state: str, reason: str, expected: Ownership) -> None:
+    assert ownership(node("n", state, reason, "*"), claimed=True) is expected
+    if expected is Ownership.OURS:
+        assert ownership(node("n", state, reason, "*")) is not Ownership.OURS  # only with the claim
+
+
+def test_unreachable_reason_round_trip() -> None:
+    reason = drain_reason("munge", REACH_CHECK)
+    assert reason == "hpckit:unreachable:munge"
+    assert parse_reason(reason) == ("munge", REACH_CHECK)
+
+
+# --- nodes that cannot be checked (health.reach) -------------------------------------------------------
+
+
+def reach(name: str, why: str | None = "ssh") -> Verdict:
+    if why is None:
+        return Verdict(name, REACH_CHECK, Status.OK, None, "its sweep job ran")
+    return Verdict(name, REACH_CHECK, Status.UNKNOWN, why, f"could not check it ({why})")
+
+
+def test_an_unreachable_node_is_drained_after_m_runs_never_reported_healthy() -> None:
+    slurm = fleet(node("n1", flags="*"), node("n2"), node("n3"), node("n4"))
+    others = [reach(n, None) for n in ("n2", "n3", "n4")]
+    outs = run_many([[reach("n1"), *others]] * 3, slurm)
+    assert [o.decision("n1").action for o in outs] == [Action.NONE, Action.NONE, Action.DRAIN]
+    assert all("healthy" not in o.decision("n1").why for o in outs[:2])
+    assert "not checked" in outs[0].decision("n1").why and "1 of 3" in outs[0].decision("n1").why
+    assert outs[2].decision("n1").reason == "hpckit:unreachable:ssh"
+
+
+def test_unreachable_never_counts_as_a_clean_run_and_resume_needs_n_reached_runs() -> None:
+    slurm = fleet(node("n1", "drained", "hpckit:unreachable:ssh"))
+    mem = {"n1": NodeMemory({REACH_CHECK: CheckMemory(0, 0, 3)}, 0)}
+    outs = run_many([[reach("n1", "slurmctld")], [reach("n1", None)], [reach("n1", "ssh")]], slurm, memory=mem)
+    assert [o.decision("n1").action for o in outs] == [Action.KEEP, Action.KEEP, Action.KEEP]
+    assert outs[2].memory["n1"].clean_runs == 0
+    outs = run_many([[reach("n1", None)]] * 2, slurm, memory=outs[-1].memory)
+    assert [o.decision("n1").action for o in outs] == [Action.KEEP, Action.RESUME]
+
+
+def test_a_node_drained_for_a_check_is_not_resumed_while_it_cannot_be_checked() -> None:
+    slurm = fleet(node("n1", "drained", OURS))
+    mem = {"n1": NodeMemory({"host.munge": CheckMemory(5, 0, 0)}, 5)}
+    out = decide([reach("n1", "ssh")], slurm, mem, S)
+    assert out.decision("n1").action is Action.KEEP and "cannot be checked" in out.decision("n1").why
+
+
+def test_the_breaker_holds_a_fleet_that_cannot_be_checked() -> None:
+    slurm = fleet(*(node(f"n{i}", flags="*") for i in range(1, 5)))
+    outs = run_many([[reach(f"n{i}", "slurmctld") for i in range(1, 5)]] * 4, slurm)
+    assert [t.check for t in outs[-1].trips] == [REACH_CHECK]
+    assert {d.action for o in outs for d in o.decisions} == {Action.NONE}
+
+
+def test_a_node_slurm_set_down_while_hpckit_saw_it_failing() -> None:
+    """Claimed: still failing -> hpckit's own reason replaces Slurm's; fixed -> resumed after N clean runs."""
+    slurm = fleet(node("n1", "down", "Not responding", "*"))
+    out = decide([v("n1", "host.munge", Status.FAIL), reach("n1", "munge")], slurm, {}, S, claimed=frozenset({"n1"}))
+    assert out.decision("n1").action is Action.REDRAIN
+    assert out.decision("n1").reason == "hpckit:munge-down:host.munge"
+    out = decide([v("n1", "host.munge", Status.FAIL)], slurm, {}, S)
+    assert out.decision("n1").action is Action.SKIP  # not claimed: Slurm's business
+    slurm = fleet(node("n1", "down", "Not responding"))
+    clean = [v("n1", "host.munge", Status.OK), reach("n1", None)]
+    outs = []
+    mem: dict[str, NodeMemory] = {}
+    for _ in range(2):
+        outs.append(decide(clean, slurm, mem, S, claimed=frozenset({"n1"})))
+        mem = dict(outs[-1].memory)
+    assert [o.decision("n1").action for o in outs] == [Action.KEEP, Action.RESUME]
+    assert outs[1].decision("n1").reason == "Not responding"
 
 
 def test_missing_node_is_not_touched() -> None:
@@ -332,8 +419,10 @@ def test_disabled_checks_never_trip_the_breaker() -> None:
 
 # --- invariants over random fleets --------------------------------------------------------------------
 
-CHECKS = ("host.munge", "gpu.count", "host.mounts")
+CHECKS = ("host.munge", "gpu.count", "host.mounts", REACH_CHECK)
 STATES = [
+    ("down", "hpckit:unreachable:ssh", "*"),
+    ("down", "admin: PSU", ""),
     ("idle", "", ""),
     ("mixed", "", ""),
     ("drained", OURS, ""),
@@ -344,8 +433,11 @@ STATES = [
 ]
 
 
+Case = tuple[list[Verdict], dict[str, NodeState], dict[str, NodeMemory], PolicySettings, frozenset[str]]
+
+
 @st.composite
-def fleets(draw: st.DrawFn) -> tuple[list[Verdict], dict[str, NodeState], dict[str, NodeMemory], PolicySettings]:
+def fleets(draw: st.DrawFn) -> Case:
     size = draw(st.integers(1, 12))
     names = [f"n{i}" for i in range(size)]
     slurm = {n: node(n, *draw(st.sampled_from(STATES))) for n in names}
@@ -366,17 +458,18 @@ def fleets(draw: st.DrawFn) -> tuple[list[Verdict], dict[str, NodeState], dict[s
         confirm_fails=draw(st.integers(1, 2)),
         disabled_checks=frozenset(draw(st.lists(st.sampled_from(CHECKS), max_size=1))),
     )
-    return run, slurm, memory, policy
+    claimed = frozenset(draw(st.lists(st.sampled_from(names))))
+    return run, slurm, memory, policy, claimed
 
 
 @settings(max_examples=300, deadline=None)
 @given(fleets())
-def test_invariants(case: tuple[list[Verdict], dict[str, NodeState], dict[str, NodeMemory], PolicySettings]) -> None:
-    run, slurm, memory, policy = case
-    out = decide(run, slurm, memory, policy)
+def test_invariants(case: Case) -> None:
+    run, slurm, memory, policy, claimed = case
+    out = decide(run, slurm, memory, policy, claimed=claimed)
     tripped = {t.check for t in out.trips}
     for d in out.decisions:
-        owner = ownership(slurm.get(d.node))
+        owner = ownership(slurm.get(d.node), d.node in claimed)
         node_run = [x for x in run if x.node == d.node and x.check not in policy.disabled_checks]
         if owner in (Ownership.FOREIGN, Ownership.UNAVAILABLE, Ownership.MISSING):
             assert d.action is Action.SKIP  # never touch what is not ours
@@ -386,11 +479,17 @@ def test_invariants(case: tuple[list[Verdict], dict[str, NodeState], dict[str, N
             assert parsed is not None
             check = parsed[1]
             failing = {x.check for x in node_run if x.status == Status.FAIL}
-            assert check in failing  # a drain always names a check that FAILed in this run
+            blind = {x.check for x in node_run if x.check == REACH_CHECK and x.status == Status.UNKNOWN}
+            blind_long = blind and out.memory[d.node].checks[REACH_CHECK].unknowns >= policy.escalate_unknown_after
+            # a drain names a check that FAILed in this run, or a node not checkable for M runs in a row
+            assert check in failing or (check == REACH_CHECK and blind_long)
             assert check not in tripped  # never drain for a check the breaker holds
             assert check not in policy.disabled_checks
         if d.action is Action.RESUME:
             assert owner is Ownership.OURS
             assert not any(x.status == Status.FAIL for x in node_run)  # never resume a failing node
+            assert not any(
+                x.check == REACH_CHECK and x.status == Status.UNKNOWN and x.fault != ABSENT for x in node_run
+            )
     for trip in out.trips:
         assert len(trip.failing) / trip.checked > policy.circuit_breaker

@@ -7,7 +7,6 @@ import dataclasses
 import json
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -19,6 +18,7 @@ from hpckit.health.job import main as job_main
 from hpckit.health.job import node_job
 from hpckit.health.model import Row, Status
 from hpckit.health.node import NodeRunOptions, check_node
+from hpckit.health.oob import ProbeResult
 from hpckit.health.policy import Action
 from hpckit.health.probe import ProbeError
 from hpckit.health.recorded import RecordedProbe, healthy_node
@@ -55,30 +55,44 @@ class Lab:
         self.probes: dict[str, RecordedProbe] = {n: healthy_node(n) for n in NODES}
         self.slurm = FakeSlurm.of(*NODES)
         self.jobs: list[str] = []
+        self.probed: list[str] = []
         self.clock = 1_800_000_000.0
+        self.cut: set[str] = set()  # nodes whose network is cut: no job, no SSH
+        self.no_job: set[str] = set()  # nodes where srun fails (munge or slurmd down)
 
     def runner(self, node: str, partition: str | None) -> JobResult:
         self.jobs.append(node)
         probe = self.probes[node]
-        if node == "broken-job":
-            return JobResult(node, [], "srun: error: Unable to create step")
+        if node in self.no_job or node in self.cut:
+            return JobResult(node, [], "srun: error: Unable to create step for job: Zero Bytes were transmitted")
         local = dataclasses.replace(self.config, state_dir=f"{self.config.state_dir}/{node}")
         doc = node_job(local, (), probe)
         rows = parse_job_output("some login banner\n" + json.dumps(doc) + "\n", node)
         return JobResult(node, rows, None, 0.5)
 
+    def prober(self, node: str) -> ProbeResult:
+        """`hpckit health check --tier quick --json` over SSH: the recorded node's quick tier."""
+        self.probed.append(node)
+        if node in self.cut:
+            return ProbeResult(node, [], f"cannot reach {node} over SSH: timed out")
+        local = dataclasses.replace(self.config, state_dir=f"{self.config.state_dir}/{node}")
+        report = check_node(local, NodeRunOptions(tier="quick", store=False), self.probes[node])
+        return ProbeResult(node, report.rows, None, 0.3)
+
     def quick(self, node: str, act: bool = False) -> None:
         """The node's HealthCheckProgram run; without ``act`` it cannot reach Slurm (munge down)."""
+        self.clock += 1
         local = dataclasses.replace(self.config, state_dir=f"{self.config.state_dir}/{node}")
         self.probes[node].clock = self.clock
         check_node(local, NodeRunOptions(tier="quick", act=act), self.probes[node], self.slurm)
 
-    def sweep(self, **opts: object) -> SweepResult:
+    def sweep(self, ssh: bool = False, **opts: object) -> SweepResult:
         self.clock += 60  # quick verdicts of a minute ago are fresh
         for probe in self.probes.values():
             probe.clock = self.clock
         options = SweepOptions(**opts)  # type: ignore[arg-type]
-        return sweep(self.config, options, self.slurm, self.runner, now=lambda: self.clock)
+        prober = self.prober if ssh else None
+        return sweep(self.config, options, self.slurm, self.runner, now=lambda: self.clock, prober=prober)
 
     def reasons(self) -> dict[str, str]:
         return {n: s.reason for n, s in self.slurm.nodes.items() if s.state in ("drained", "draining")}
@@ -179,21 +193,101 @@ def test_same_fault_on_three_of_four_trips_the_breaker(lab: Lab) -> None:
     assert 'hpckit_health_circuit_breaker_tripped{check="host.mounts"} 3' in report.prometheus_text(result)
 
 
-def test_a_job_that_cannot_run_is_unknown_and_escalates(lab: Lab) -> None:
-    original: Callable[[str, str | None], JobResult] = lab.runner
-
-    def failing(node: str, partition: str | None) -> JobResult:
-        if node == "node2":
-            return JobResult(node, [], "srun: error: Unable to allocate resources: Requested node config unavailable")
-        return original(node, partition)
-
-    lab.runner = failing  # type: ignore[method-assign]
+def test_a_job_that_cannot_run_escalates_to_an_owned_drain(lab: Lab) -> None:
+    """Without an out-of-band probe: every failed job counts, and M of them in a row drain the node."""
+    lab.no_job.add("node2")
     results = [lab.sweep() for _ in range(lab.config.policy.escalate_unknown_after)]
-    assert lab.slurm.updates == []
-    (row,) = [r for r in results[0].rows if r.node == "node2"]
-    assert (row.check, row.status, row.fault) == ("health.job", Status.UNKNOWN, "job-failed")
+    rows = {(r.check, r.status, r.fault) for r in results[0].rows if r.node == "node2"}
+    assert rows == {("health.reach", Status.UNKNOWN, "job")}
     assert [len(r.outcome.escalations) for r in results] == [0, 0, 1]
-    assert "ESCALATED node2 health.job" in report.render_sweep(results[-1])
+    assert [r.outcome.decision("node2").action for r in results] == [Action.NONE, Action.NONE, Action.DRAIN]
+    assert lab.reasons() == {"node2": "hpckit:unreachable:job"}
+    assert "ESCALATED node2 health.reach" in report.render_sweep(results[-1])
+    assert "UNKNOWN  node2" in report.render_sweep(results[0])  # never shown as OK meanwhile
+
+
+def test_every_failed_job_counts_even_when_slurm_stops_hearing_the_node(lab: Lab) -> None:
+    """The user's case: munge stopped after a clean quick run. The stored OK verdict predates the failed
+    job, so it never stands in; the node is never reported OK, and it is taken out within M sweeps."""
+    lab.quick("node1")  # a clean verdict from before the fault
+    plant(lab, "node1", "munge")
+    lab.no_job.add("node1")
+    first = lab.sweep()
+    lab.slurm.nodes["node1"].flags = "*"  # slurmctld stops hearing it
+    later = [lab.sweep() for _ in range(2)]
+    for result in (first, *later):
+        node_rows = [r for r in result.rows if r.node == "node1"]
+        assert max(r.status for r in node_rows) >= Status.UNKNOWN
+        assert not result.sources["node1"].startswith("quick verdict")
+    assert lab.reasons() == {"node1": "hpckit:unreachable:slurmctld"}
+
+
+def test_munge_down_seen_over_ssh_drains_at_once_and_the_fixed_node_comes_back(lab: Lab) -> None:
+    lab.slurm.nodes["node4"] = FakeNode("drained", "admin: fan")
+    plant(lab, "node1", "munge")
+    lab.no_job.add("node1")
+    result = lab.sweep(ssh=True)
+    assert lab.probed == ["node1"] and "node4" not in lab.probed
+    assert lab.reasons() == {"node1": "hpckit:munge-down:host.munge", "node4": "admin: fan"}
+    reach = next(r for r in result.rows if r.node == "node1" and r.check == "health.reach")
+    assert (reach.status, reach.fault) == (Status.UNKNOWN, "munge") and "munged" in reach.evidence
+    # Slurm marks it down later, keeping hpckit's reason; hpckit still owns it.
+    lab.slurm.nodes["node1"] = FakeNode("down", "hpckit:munge-down:host.munge", "*")
+    assert lab.sweep(ssh=True).outcome.decision("node1").action is Action.KEEP
+    fix(lab, "node1")
+    lab.no_job.discard("node1")
+    lab.slurm.nodes["node1"] = FakeNode("drained", "hpckit:munge-down:host.munge")  # registered again
+    actions = [lab.sweep(ssh=True).outcome.decision("node1").action for _ in range(2)]
+    assert actions == [Action.KEEP, Action.RESUME]
+    assert lab.reasons() == {"node4": "admin: fan"}
+
+
+def test_a_node_slurm_set_down_while_hpckit_saw_it_failing_comes_back(lab: Lab) -> None:
+    plant(lab, "node2", "munge")
+    lab.no_job.add("node2")
+    lab.config = dataclasses.replace(lab.config, policy=dataclasses.replace(lab.config.policy, drain=False))
+    lab.sweep(ssh=True)  # report-only: hpckit sees it failing but does not drain
+    assert lab.reasons() == {}
+    lab.config = dataclasses.replace(lab.config, policy=dataclasses.replace(lab.config.policy, drain=True))
+    lab.slurm.nodes["node2"] = FakeNode("down", "Not responding", "*")
+    result = lab.sweep(ssh=True)
+    assert result.outcome.decision("node2").action is Action.REDRAIN  # claimed: hpckit's reason replaces Slurm's
+    assert lab.reasons() == {"node2": "hpckit:munge-down:host.munge"}
+    lab.slurm.nodes["node3"] = FakeNode("down", "Not responding", "*")  # never seen failing: not hpckit's
+    assert "node3" in lab.sweep(ssh=True).skipped
+
+
+def test_network_cut_drains_unreachable_after_m_sweeps_and_resumes_after_n(lab: Lab) -> None:
+    lab.cut.add("node3")
+    results = [lab.sweep(ssh=True)]
+    lab.slurm.nodes["node3"].flags = "*"
+    results += [lab.sweep(ssh=True) for _ in range(2)]
+    assert [r.outcome.decision("node3").action for r in results] == [Action.NONE, Action.NONE, Action.DRAIN]
+    assert lab.reasons() == {"node3": "hpckit:unreachable:ssh"}
+    lab.cut.clear()
+    lab.slurm.nodes["node3"].flags = ""
+    actions = [lab.sweep(ssh=True).outcome.decision("node3").action for _ in range(2)]
+    assert actions == [Action.KEEP, Action.RESUME] and lab.reasons() == {}
+
+
+def test_a_fixed_node_slurm_stopped_hearing_is_recontacted_and_kept_drained(lab: Lab) -> None:
+    """slurmctld does not ping a node it set DOWN; hpckit sees it fine over SSH and has Slurm contact it
+    again (resume, then its drain straight back), so that it can come back after its clean sweeps."""
+    lab.slurm.nodes["node1"] = FakeNode("drained", "hpckit:munge-down:host.munge", "*")  # DOWN+DRAIN
+    lab.slurm.nodes["node2"] = FakeNode("down", "admin: PSU", "*")
+    result = lab.sweep(ssh=True)
+    assert result.outcome.decision("node1").action is Action.KEEP
+    assert lab.slurm.updates == [
+        ("scontrol", "update", "nodename=node1", "state=resume"),
+        ("scontrol", "update", "nodename=node1", "state=drain", "reason=hpckit:munge-down:host.munge"),
+    ]
+    assert lab.reasons() == {"node1": "hpckit:munge-down:host.munge"}
+    assert "asked slurmctld to contact it again" in report.render_sweep(result)
+    assert "node2" not in lab.probed  # an admin's down node is not even looked at
+    lab.slurm.nodes["node1"].flags = ""  # it answered
+    actions = [lab.sweep(ssh=True).outcome.decision("node1").action for _ in range(2)]
+    assert actions == [Action.KEEP, Action.RESUME] and lab.reasons() == {}
+    assert len(lab.slurm.updates) == 3  # no more recontacts once Slurm hears it
 
 
 def test_busy_and_unreachable_nodes(lab: Lab) -> None:
@@ -205,6 +299,16 @@ def test_busy_and_unreachable_nodes(lab: Lab) -> None:
     assert lab.jobs == ["node4"]
     assert result.sources["node1"].startswith("quick verdict")
     assert set(result.skipped) == {"node2", "node3"} and "Not responding" in result.skipped["node3"]
+
+
+def test_a_stored_verdict_older_than_a_state_change_does_not_stand_in(lab: Lab) -> None:
+    lab.quick("node1")
+    lab.slurm.nodes["node1"].state = "mixed"
+    assert lab.sweep().sources["node1"].startswith("quick verdict")
+    lab.slurm.nodes["node1"].reason = "Reboot ASAP"  # a state change after the verdict
+    assert "node1" in lab.sweep().skipped
+    lab.quick("node1")
+    assert lab.sweep().sources["node1"].startswith("quick verdict")
 
 
 def test_dry_run_stores_and_drains_nothing(lab: Lab, config: NodeConfig) -> None:
@@ -273,10 +377,23 @@ def test_drift_flags_a_node_moving_away_from_its_own_history(tmp_path: Path) -> 
         )
     past = history.load_history(store)
     assert past["run_id"].nunique() == 5 and str(past["time"].dt.tz) == "UTC"
-    now = history.rows_frame(_rows(9, {"a": 0.0021, "b": 0.009}), "r9", 1.7e9 + 9)
+    now = history.rows_frame(_rows(9, {"a": 0.0021, "b": 0.09}), "r9", 1.7e9 + 9)
     drifting = history.drift(now, past)
     assert list(drifting["node"]) == ["b"] and drifting.loc[0, "change"] > 2
     assert history.drift(now, past.iloc[0:0]).empty
+
+
+def test_drift_has_an_absolute_floor_as_well_as_a_relative_one(tmp_path: Path) -> None:
+    """Millisecond noise (a munge round trip of 3 ms, now 10 ms: +234 %) is not drift."""
+    store = Store(tmp_path)
+    for run in range(5):
+        history.append_run(store, f"2026110{run}T000000Z", 1.7e9 + run, _rows(run, {"a": 0.003 + run * 1e-6}))
+    past = history.load_history(store)
+    noisy = history.rows_frame(_rows(9, {"a": 0.010}), "r9", 1.7e9 + 9)
+    assert history.drift(noisy, past).empty
+    assert list(history.drift(noisy, past, floor={})["node"]) == ["a"]  # the floor is what holds it
+    slow = history.rows_frame(_rows(9, {"a": 0.2}), "r9", 1.7e9 + 9)
+    assert list(history.drift(slow, past)["node"]) == ["a"]
 
 
 def test_drift_needs_enough_history() -> None:

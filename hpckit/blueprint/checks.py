@@ -10,9 +10,12 @@ import ipaddress
 from collections.abc import Iterator
 from typing import Any
 
+from hpckit.blueprint.blocks import topology_problems
 from hpckit.blueprint.errors import Path_, Problem
 from hpckit.blueprint.models import expand_hosts
+from hpckit.blueprint.release import raw_slurm_release
 from hpckit.blueprint.source import Located
+from hpckit.slurm_releases import Version, key_problem, value_problems
 
 
 def _items(data: Any, key: str) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -52,6 +55,7 @@ class _Checker:
         self._service_hosts(compute)
         self._filesystems(compute)
         self._addresses_unique()
+        self._slurm_conf()
         return self.problems
 
     def _partitions(self) -> dict[str, Path_]:
@@ -138,6 +142,29 @@ class _Checker:
             return ipaddress.IPv4Network(str(prov.get("subnet", "10.77.0.0/24")))
         except ValueError:
             return None
+
+    def _slurm_conf(self) -> None:
+        """`slurm.conf:` overrides: keys the blueprint's Slurm reads (a typo gets the closest key, a removed
+        or renamed one what to write instead), plugins that release has; then the topology switch."""
+        slurm = self.data.get("slurm")
+        release = raw_slurm_release(self.data)
+        if not isinstance(slurm, dict) or release is None:
+            return
+        conf = slurm.get("conf")
+        for key, value in conf.items() if isinstance(conf, dict) else ():
+            self._conf_entry(str(key), value, release)
+        for path, message in topology_problems(self.data, release):
+            self.add(path, message)
+
+    def _conf_entry(self, key: str, value: Any, release: Version) -> None:
+        path: Path_ = ("slurm", "conf", key)
+        problem = key_problem(key, release)
+        if problem is not None:
+            self.problems.append(self.doc.problem(path, problem, key=True))
+            return
+        if isinstance(value, str):
+            for message in value_problems(key, value, release):
+                self.add(path, message)
 
     def _all_addresses(self) -> Iterator[tuple[Path_, str]]:
         ctl = self.data.get("controller")

@@ -205,7 +205,35 @@ class Partition(Strict):
 # --- services --------------------------------------------------------------------------------------------
 
 
+class TopologyBlock(Strict):
+    name: Name
+    nodes: str = Field(description="hostlist of the block's nodes, e.g. gb[001-018]")
+
+    @field_validator("nodes")
+    @classmethod
+    def _hosts(cls, value: str) -> str:
+        expand_hosts(value)
+        return value
+
+
+class BlockTopology(Strict):
+    """topology/block (Slurm 23.11+): nodes in blocks with a fast fabric inside each, such as the NVLink
+    domain of an NVL72 rack; jobs are packed into as few blocks as they fit."""
+
+    type: Literal["block"]
+    block_size: int | None = Field(
+        None, ge=1, description="nodes per block: the compute nodes, in order, cut into blocks of this many (NVL72: 18)"
+    )
+    blocks: list[TopologyBlock] = Field(default_factory=list, description="the blocks, named (instead of block_size)")
+    sizes: list[int] = Field(
+        default_factory=list,
+        description="BlockSizes (Slurm 24.05+): the base block size, then larger sizes a job may span, each a "
+        "power-of-two multiple of the one before",
+    )
+
+
 class SlurmSettings(Strict):
+    topology: BlockTopology | None = Field(None, description="network topology Slurm schedules by (block)")
     cluster_name: Name | None = Field(None, description="ClusterName (default: the blueprint's name)")
     accounting: bool = True
     conf: dict[str, str | int | bool] = Field(
@@ -271,6 +299,15 @@ class Containers(Strict):
     )
 
 
+class SshProbeSettings(Strict):
+    """Out-of-band checks: the sweep host runs a node's quick tier over SSH when no sweep job can run on it
+    (munge or slurmd down, the node not answering), to say why and to re-check nodes hpckit took out."""
+
+    user: str = "root"
+    key: str | None = Field(None, description="private key on the sweep host (default: ssh's own keys)")
+    known_hosts: str | None = Field(None, description="known_hosts on the sweep host (default: ssh's own)")
+
+
 class HealthSettings(Strict):
     enabled: bool = True
     quick_interval_s: int = Field(300, ge=30, description="Slurm HealthCheckInterval for the quick tier")
@@ -280,6 +317,9 @@ class HealthSettings(Strict):
     escalate_unknown_after: int = Field(3, ge=1)
     circuit_breaker: float = Field(0.3, gt=0, le=1, description="fraction of nodes failing one check")
     disabled_checks: list[str] = Field(default_factory=list)
+    ssh_probe: SshProbeSettings | None = Field(
+        None, description="allow out-of-band checks over SSH from the sweep host (the lab sets its own key)"
+    )
 
 
 # --- the blueprint ---------------------------------------------------------------------------------------

@@ -13,11 +13,13 @@ from rich.console import Console
 
 from hpckit.blueprint import Blueprint, load_blueprint
 from hpckit.blueprint.models import LabProvider
+from hpckit.blueprint.release import slurm_release_of
 from hpckit.cli.blueprint import site_option
 from hpckit.deploy.apply import DeployOptions, DeployResult, deploy, plan
 from hpckit.deploy.changes import overall, plan_changes
 from hpckit.deploy.events import ConfigDiff, Tracker
 from hpckit.deploy.progress import Progress, tally_table
+from hpckit.deploy.record import mark_destroyed
 from hpckit.errors import InputError
 from hpckit.lab.provider import lab_down
 
@@ -55,13 +57,20 @@ def _print_summary(console: Console, result: DeployResult) -> None:
     console.print(tally_table(result.tracker, f"deploy {result.outcome.status}"))
     for failure in result.tracker.failures:
         console.print(f"[red]FAILED[/red] {failure}", highlight=False)
+    for note in result.tracker.notes:
+        console.print(f"note: {note}", highlight=False, markup=False)
     if result.outcome.status != "successful" and not result.tracker.failures:
         console.print(f"[red]Ansible stopped ({result.outcome.status}, rc {result.outcome.rc}):[/red]")
         console.print("\n".join(result.tracker.output_tail), highlight=False, markup=False)
     join = result.join
     if join is not None:
         if join.ok:
-            console.print(f"all {len(join.expected)} compute nodes idle in Slurm after {join.seconds:.1f} s")
+            done = len(join.expected) - len(join.held)
+            console.print(f"{done} of {len(join.expected)} compute nodes idle in Slurm after {join.seconds:.1f} s")
+        for node, state in join.held.items():
+            console.print(
+                f"[yellow]HELD[/yellow] {node}: {state}: taken out on purpose, not waited for", highlight=False
+            )
         for node, state in join.missing.items():
             console.print(f"[red]NOT JOINED[/red] {node}: {state}", highlight=False)
             console.print(join.log_tails.get(node, ""), highlight=False, markup=False)
@@ -77,10 +86,12 @@ def plan_cmd(blueprint: Path, site_files: tuple[Path, ...], as_json: bool) -> No
     bp = _load(blueprint, site_files)
     tracker = Tracker()
     result = plan(bp, tracker, lambda event: tracker.feed(event))
-    changes = plan_changes(tracker.diffs)
+    release = slurm_release_of(bp)  # the labels are this release's (hpckit/data/slurm-releases.yaml)
+    changes = plan_changes(tracker.diffs, release)
     if as_json:
         report = {
             "status": result.outcome.status,
+            "slurm_release": release.series,
             "action": overall(changes).label,
             "changes": [{"file": c.file, "what": c.what, "action": c.action.label} for c in changes],
             "new_hosts": list(result.new_hosts),
@@ -95,7 +106,7 @@ def plan_cmd(blueprint: Path, site_files: tuple[Path, ...], as_json: bool) -> No
         for host in result.new_hosts:
             click.echo(f"{'new host':<26} {host}: not running yet; deploy starts it and builds it from scratch")
         if changes:
-            click.echo(f"applying this plan needs: {overall(changes).label}")
+            click.echo(f"applying this plan needs: {overall(changes).label} (Slurm {release.series})")
         for failure in tracker.failures:
             click.echo(f"cannot plan {failure}", err=True)
     sys.exit(0 if tracker.ok else 1)
@@ -123,6 +134,7 @@ def destroy_cmd(blueprint: Path, site_files: tuple[Path, ...]) -> None:
     if not isinstance(bp.provider, LabProvider):
         raise InputError(f"{blueprint}: destroy is only for `provider: lab` blueprints")
     lab_down(bp.name)
+    mark_destroyed(bp.cluster_name)
     click.echo(f"lab {bp.name!r} is down")
 
 

@@ -18,6 +18,49 @@ config_option = click.option(
 )
 store_option = click.option("--store", help="shared health store (default: the config's)")
 disable_option = click.option("--disable", multiple=True, metavar="CHECK", help="skip a check or area (repeatable)")
+cluster_option = click.option(
+    "--cluster",
+    help="a cluster deployed by hpckit: run this command on its login node, where its health store is",
+)
+# Where the hpckit_health role puts the launcher on every host (hpckit_health_config_dir).
+REMOTE_LAUNCHER = "/etc/hpckit/hpckit-health"
+
+
+def _forward(cluster: str | None) -> None:
+    """With --cluster, run the same command with the same options on the cluster's login node (the sweep
+    needs its Slurm, and the store lives on its shared filesystem), print what it prints, exit as it exits."""
+    if cluster is None:
+        return
+    from hpckit.jobs.submit import transport_for
+
+    ctx = click.get_current_context()
+    argv = [REMOTE_LAUNCHER, str(ctx.info_name), *_options_argv(ctx)]
+    transport = transport_for(cluster)
+    try:
+        done = transport.run(argv, timeout=None)
+    finally:
+        transport.close()
+    if done.stdout:
+        click.echo(done.stdout, nl=False)
+    if done.stderr:
+        click.echo(done.stderr, nl=False, err=True)
+    sys.exit(done.rc)
+
+
+def _options_argv(ctx: click.Context) -> list[str]:
+    """The command's options as given (those left at their default are left out), --cluster excepted."""
+    argv: list[str] = []
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name or "")
+        if not isinstance(param, click.Option) or param.name == "cluster" or value in (None, (), param.default):
+            continue
+        flag = max(param.opts, key=len)
+        if param.is_flag:
+            argv += [flag] if value is True else []
+        else:
+            for item in value if param.multiple else (value,):
+                argv += [flag, str(item)]
+    return argv
 
 
 def _config(path: str | None, store: str | None) -> NodeConfig:
@@ -111,7 +154,9 @@ def job_cmd(argv: tuple[str, ...]) -> None:
 @click.option("--textfile", type=click.Path(dir_okay=False), help="also write the Prometheus textfile here")
 @click.option("--time-limit", default=15, show_default=True, help="minutes per node job")
 @click.option("--parallel", default=64, show_default=True, help="node jobs at once")
+@click.option("--no-ssh", is_flag=True, help="no out-of-band checks over SSH, even where the config allows them")
 @click.option("--json", "as_json", is_flag=True, help="print the run summary as JSON")
+@cluster_option
 def sweep_cmd(
     config_path: str | None,
     store: str | None,
@@ -121,9 +166,12 @@ def sweep_cmd(
     textfile: str | None,
     time_limit: int,
     parallel: int,
+    no_ssh: bool,
     as_json: bool,
+    cluster: str | None,
 ) -> None:
     """Run the nightly tier on every idle node (one exclusive job each) and apply the drain policy."""
+    _forward(cluster)
     from hpckit.health import history, report
     from hpckit.health.store import Store
     from hpckit.health.sweep import SweepOptions, detach_from_job, sweep
@@ -131,7 +179,9 @@ def sweep_cmd(
 
     config = _config(config_path, store)
     detach_from_job()
-    options = SweepOptions(_hosts(nodes), dry_run, disable, time_limit, parallel=parallel, textfile=textfile)
+    options = SweepOptions(
+        _hosts(nodes), dry_run, disable, time_limit, parallel=parallel, textfile=textfile, probe=not no_ssh
+    )
     result = sweep(config, options, LocalTransport())
     if as_json:
         click.echo(json.dumps(report.run_summary(result), indent=2))
@@ -158,11 +208,18 @@ def _hosts(expr: str | None) -> list[str] | None:
 @click.option("--cron", help="when (default: the config's nightly schedule)")
 @click.option("--partition", help="partition the sweep job runs in (default: Slurm's default)")
 @click.option("--time-limit", default=120, show_default=True, help="minutes for the whole sweep")
+@cluster_option
 def schedule_cmd(
-    config_path: str | None, store: str | None, cron: str | None, partition: str | None, time_limit: int
+    config_path: str | None,
+    store: str | None,
+    cron: str | None,
+    partition: str | None,
+    time_limit: int,
+    cluster: str | None,
 ) -> None:
     """Queue the next nightly sweep as a Slurm job held until its time (for clusters without scrontab or
     systemd); the job queues its successor before it sweeps."""
+    _forward(cluster)
     import datetime as dt
 
     from hpckit.health.schedule import ensure_chain, parse_cron
@@ -188,8 +245,10 @@ def schedule_cmd(
 @config_option
 @store_option
 @click.option("--run", "run_id", help="a stored run (default: the last)")
-def report_cmd(config_path: str | None, store: str | None, run_id: str | None) -> None:
+@cluster_option
+def report_cmd(config_path: str | None, store: str | None, run_id: str | None, cluster: str | None) -> None:
     """Print the report of a stored sweep: failing nodes first, fleet medians, drift."""
+    _forward(cluster)
     from hpckit.health import history, report
     from hpckit.health.store import Store
 

@@ -16,7 +16,14 @@ from hpckit.deploy.events import Tracker
 from hpckit.deploy.inventory import host_entries
 from hpckit.deploy.join import SLURMD_LOG, JoinReport, wait_for_join
 from hpckit.deploy.playvars import build_vars
-from hpckit.deploy.record import RECORDED_CONFIGS, ClusterAccess, DeploymentRecord
+from hpckit.deploy.record import (
+    RECORDED_CONFIGS,
+    ClusterAccess,
+    DeploymentRecord,
+    retired_hosts,
+    run_info,
+    state_root,
+)
 from hpckit.deploy.runner import PlaybookRun, RunOutcome, ansible_version, run_playbook
 from hpckit.deploy.targets import Target, prepare_target
 from hpckit.errors import HpckitError
@@ -58,9 +65,14 @@ def deploy(bp: Blueprint, tracker: Tracker, sink: EventSink, opts: DeployOptions
     t0 = time.monotonic()
     target = prepare_target(bp)
     _timed(timings, "target", t0)
+    retired = {} if target.lab else retired_hosts(bp, opts.record_root)
     record = DeploymentRecord.create(bp.cluster_name, opts.record_root)
     inventory, extravars = _playbook_vars(bp, target)
-    record.write_json("blueprint.json", bp.model_dump(mode="json"))
+    inventory["all"]["children"]["slurm_retired"]["hosts"] = retired
+    tracker.tolerate(retired)
+    expanded = bp.model_dump(mode="json")
+    record.write_json("blueprint.json", expanded)
+    record.write_json("run.json", run_info(expanded))
     record.write_yaml("inventory.yml", inventory)
     record.write_yaml("extravars.yml", extravars)
     tracker.expect_hosts([e.name for e in host_entries(bp)])
@@ -98,7 +110,10 @@ def plan(bp: Blueprint, tracker: Tracker, sink: EventSink) -> PlanResult:
         )
     tracker.expect_hosts([h for h in hosts if h not in new])
     limit = ",".join(["all", *(f"!{h}" for h in new)]) if new else None
-    outcome = run_playbook(inventory, extravars, PlaybookRun(check=True, diff=True, limit=limit), sink)
+    facts = state_root() / "clusters" / bp.cluster_name / "facts"  # the cluster's own, as deploy's
+    outcome = run_playbook(
+        inventory, extravars, PlaybookRun(check=True, diff=True, limit=limit, fact_cache=facts), sink
+    )
     return PlanResult(outcome, new)
 
 
@@ -106,6 +121,7 @@ def _playbook_vars(bp: Blueprint, target: Target) -> tuple[dict[str, Any], dict[
     """The blueprint's inventory and extravars, plus what depends on the machine that deploys."""
     inventory, extravars = build_vars(bp, target.access)
     extravars.update(target.runtime_extravars())
+    inventory["all"]["children"]["slurm_retired"] = {"hosts": {}}  # filled by deploy (see retired_hosts)
     return inventory, extravars
 
 
@@ -194,9 +210,16 @@ def _finish_record(bp: Blueprint, target: Target, result: DeployResult) -> None:
             "rc": result.outcome.rc,
             "hosts": {h: t.as_dict() for h, t in tracker.hosts.items()},
             "failures": [str(f) for f in tracker.failures],
+            "restarts": [{"host": h, "what": w} for h, w in tracker.restarts],
+            "notes": tracker.notes,
             "join": None
             if result.join is None
-            else {"joined": result.join.joined, "missing": result.join.missing, "seconds": result.join.seconds},
+            else {
+                "joined": result.join.joined,
+                "missing": result.join.missing,
+                "held": result.join.held,
+                "seconds": result.join.seconds,
+            },
             "timings_s": result.timings,
         },
     )

@@ -1,9 +1,11 @@
 """What a config change costs a running cluster: `hpckit plan` labels every change before it is applied.
 
-Slurm 22.05 rules (slurm.conf(5), "scontrol reconfigure"): most parameters and every partition change are
-picked up live by `scontrol reconfigure`; adding, removing or reshaping nodes, and the plugin / port / path
-parameters below, need slurmctld and every slurmd restarted (running jobs survive both); renaming the cluster
-orphans its state and accounting, which hpckit does not do.
+The labels come from the per-release table (hpckit/slurm_releases.py, hpckit/data/slurm-releases.yaml),
+for the cluster's Slurm release: what each slurm.conf key needs to take effect there (a live
+`scontrol reconfigure`, a slurmd restart, a slurmctld restart, or nothing hpckit does on a running
+cluster). Partition lines are always live; node lines follow the
+table's NodeName entry (a restart before 23.11, a reconfigure since, when reconfigure began replacing the
+daemon processes). Running jobs survive every class but `unsupported`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 import hostlist
 
 from hpckit.deploy.events import ConfigDiff
+from hpckit.slurm_releases import Apply, AsVersion, apply_for, default_series
 
 
 class Action(enum.IntEnum):
@@ -37,37 +40,17 @@ class Action(enum.IntEnum):
         }[self]
 
 
-RESTART_PARAMETERS = {
-    p.lower()
-    for p in (
-        "AuthType",
-        "AuthAltTypes",
-        "CredType",
-        "SlurmctldHost",
-        "ControlMachine",
-        "SlurmctldPort",
-        "SlurmdPort",
-        "SelectType",
-        "SelectTypeParameters",
-        "ProctrackType",
-        "TaskPlugin",
-        "GresTypes",
-        "StateSaveLocation",
-        "SlurmdSpoolDir",
-        "SlurmUser",
-        "AccountingStorageType",
-        "AccountingStorageHost",
-        "AccountingStoragePort",
-        "JobAcctGatherType",
-        "SwitchType",
-        "TopologyPlugin",
-        "PluginDir",
-        "LaunchType",
-        "PrologFlags",
-        "SlurmdParameters",
-    )
+_ACTIONS: dict[Apply, Action] = {
+    "reconfigure": Action.RECONFIGURE,
+    "slurmd_restart": Action.SLURMD_RESTART,
+    "slurmctld_restart": Action.SLURMCTLD_RESTART,
+    "unsupported": Action.UNSUPPORTED,
 }
-UNSUPPORTED_PARAMETERS = {"clustername"}
+
+
+def key_action(key: str, version: AsVersion) -> Action:
+    """What changing slurm.conf ``key`` costs on Slurm ``version`` (the table)."""
+    return _ACTIONS[apply_for(key, version)]
 
 
 @dataclass(frozen=True)
@@ -84,7 +67,7 @@ class SlurmConf:
     partitions: dict[str, str]
 
 
-_LINE = re.compile(r"^\s*([A-Za-z]+)\s*=\s*(\S+)(.*)$")
+_LINE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9]*)\s*=\s*(\S+)(.*)$")  # X11Parameters has a digit
 
 
 def parse_slurm_conf(text: str) -> SlurmConf:
@@ -135,18 +118,14 @@ def per_node(nodes: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def _node_changes(file: str, before: dict[str, str], after: dict[str, str]) -> list[Change]:
+def _node_changes(file: str, before: dict[str, str], after: dict[str, str], action: Action) -> list[Change]:
     old, new = per_node(before), per_node(after)
     groups = {
         "added": sorted(new.keys() - old.keys()),
         "removed": sorted(old.keys() - new.keys()),
         "changed": sorted(n for n in old.keys() & new.keys() if old[n] != new[n]),
     }
-    return [
-        Change(file, f"NodeName={_compress(names)} {what}", Action.SLURMCTLD_RESTART)
-        for what, names in groups.items()
-        if names
-    ]
+    return [Change(file, f"NodeName={_compress(names)} {what}", action) for what, names in groups.items() if names]
 
 
 def _compress(names: list[str]) -> str:
@@ -156,24 +135,21 @@ def _compress(names: list[str]) -> str:
         return ",".join(names)
 
 
-def slurm_conf_changes(before: str, after: str, file: str = "slurm.conf") -> list[Change]:
+def slurm_conf_changes(
+    before: str, after: str, file: str = "slurm.conf", version: AsVersion | None = None
+) -> list[Change]:
+    """Every change between two slurm.conf texts, labelled for Slurm ``version`` (default: the distro's)."""
     if not before.strip():
         # A host's first slurm.conf: a new host, whose daemons start from scratch. What the cluster's
         # running daemons must do shows on the hosts that already have one.
         return [Change(file, "created", Action.SLURMD_RESTART)]
+    release = version if version is not None else default_series()
     old, new = parse_slurm_conf(before), parse_slurm_conf(after)
-    changes = _node_changes(file, old.nodes, new.nodes)
-    changes += _keyed(file, "PartitionName", old.partitions, new.partitions, Action.RECONFIGURE)
+    changes = _node_changes(file, old.nodes, new.nodes, key_action("NodeName", release))
+    changes += _keyed(file, "PartitionName", old.partitions, new.partitions, key_action("PartitionName", release))
     for key in sorted(old.params.keys() | new.params.keys()):
-        if old.params.get(key) == new.params.get(key):
-            continue
-        if key in UNSUPPORTED_PARAMETERS:
-            action = Action.UNSUPPORTED
-        elif key in RESTART_PARAMETERS:
-            action = Action.SLURMCTLD_RESTART
-        else:
-            action = Action.RECONFIGURE
-        changes.append(Change(file, f"{key} changed", action))
+        if old.params.get(key) != new.params.get(key):
+            changes.append(Change(file, f"{key} changed", key_action(key, release)))
     return changes
 
 
@@ -187,13 +163,13 @@ FILE_ACTIONS = {
 }
 
 
-def file_changes(path: str, before: str, after: str) -> list[Change]:
-    """Classify a change to one rendered file (path as on the host)."""
+def file_changes(path: str, before: str, after: str, version: AsVersion | None = None) -> list[Change]:
+    """Classify a change to one rendered file (path as on the host) on Slurm ``version``."""
     name = path.rsplit("/", 1)[-1]
     if before == after:
         return []
     if name == "slurm.conf":
-        return slurm_conf_changes(before, after, path)
+        return slurm_conf_changes(before, after, path, version)
     action = FILE_ACTIONS.get(name, Action.NONE)
     return [Change(path, "created" if not before else "changed", action)]
 
@@ -202,13 +178,14 @@ def overall(changes: list[Change]) -> Action:
     return max((c.action for c in changes), default=Action.NONE)
 
 
-def plan_changes(diffs: list[ConfigDiff]) -> list[Change]:
-    """Every labelled change in a check+diff run; a file changed identically on many hosts counts once."""
+def plan_changes(diffs: list[ConfigDiff], version: AsVersion | None = None) -> list[Change]:
+    """Every labelled change in a check+diff run on Slurm ``version`` (default: the distro's); a file
+    changed identically on many hosts counts once."""
     seen: set[tuple[str, str, str]] = set()
     out: list[Change] = []
     for diff in diffs:
         key = (diff.path, diff.before, diff.after)
         if key not in seen:
             seen.add(key)
-            out += file_changes(diff.path, diff.before, diff.after)
+            out += file_changes(diff.path, diff.before, diff.after, version)
     return out

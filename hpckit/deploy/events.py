@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 COUNTED = ("ok", "changed", "failed", "unreachable", "skipped")
+_SERVICE_MODULES = {"service", "systemd", "systemd_service", "sysvinit"}
 
 
 @dataclass
@@ -51,9 +52,16 @@ class Tracker:
     failures: list[Failure] = field(default_factory=list)
     diffs: list[ConfigDiff] = field(default_factory=list)
     changed_tasks: list[tuple[str, str]] = field(default_factory=list)
+    restarts: list[tuple[str, str]] = field(default_factory=list)  # (host, "slurmd restarted") applied
     tasks_seen: int = 0
     current_play: str = ""
     output_tail: list[str] = field(default_factory=list)  # Ansible's own last lines, for errors outside tasks
+    tolerated: set[str] = field(default_factory=set)  # hosts whose failures are notes (nodes being retired)
+    notes: list[str] = field(default_factory=list)
+
+    def tolerate(self, names: Iterable[str]) -> None:
+        """Hosts on their way out (removed from the blueprint): their failures do not fail the run."""
+        self.tolerated.update(names)
 
     def expect_hosts(self, names: list[str]) -> None:
         for name in names:
@@ -79,15 +87,20 @@ class Tracker:
     def _result(self, kind: str, data: Mapping[str, Any]) -> None:
         if kind.startswith("runner_item_on_"):
             return  # a loop's items; the task's own event follows and is the one counted
-        tally = self._tally(data)
         res: Mapping[str, Any] = data.get("res") or {}
         task = str(data.get("task", ""))
         host = str(data.get("host", "?"))
+        if host in self.tolerated:
+            if kind in ("runner_on_failed", "runner_on_unreachable"):
+                self.notes.append(f"{host} (removed from the blueprint): {task}: {_message(res)}")
+            return
+        tally = self._tally(data)
         if kind == "runner_on_ok":
             tally.ok += 1
             if res.get("changed"):
                 tally.changed += 1
                 self.changed_tasks.append((host, task))
+                self._note_restart(host, str(data.get("task_action", "")), res)
             self._collect_diffs(host, task, res)
         elif kind == "runner_on_failed" and not data.get("ignore_errors"):
             tally.failed += 1
@@ -97,6 +110,14 @@ class Tracker:
             self.failures.append(Failure(host, task, _message(res), unreachable=True))
         elif kind == "runner_on_skipped":
             tally.skipped += 1
+
+    def _note_restart(self, host: str, action: str, res: Mapping[str, Any]) -> None:
+        """A daemon restarted or reloaded, or slurm.conf applied live: what a deploy did to running jobs' hosts."""
+        args = (res.get("invocation") or {}).get("module_args") or {}
+        if action.rsplit(".", 1)[-1] in _SERVICE_MODULES and args.get("state") in ("restarted", "reloaded"):
+            self.restarts.append((host, f"{args.get('name', '?')} {args['state']}"))
+        elif list(args.get("argv") or [])[:2] == ["scontrol", "reconfigure"]:
+            self.restarts.append((host, "scontrol reconfigure"))
 
     def _collect_diffs(self, host: str, task: str, res: Mapping[str, Any]) -> None:
         loop = res.get("results")
@@ -128,12 +149,26 @@ def _diff_path(res: Mapping[str, Any], item: Mapping[str, Any]) -> str:
     return str(item.get("after_header") or "?")
 
 
+TAIL_LINES = 8
+
+
 def _message(res: Mapping[str, Any]) -> str:
+    """Ansible's message and the tail of what the task printed: "non-zero return code" alone says nothing
+    about why. stderr first; stdout when stderr is empty (many tools print their errors there)."""
     if res.get("censored"):
         return str(res["censored"])  # a no_log task: Ansible already hid its details
-    for key in ("msg", "stderr", "reason", "module_stderr"):
-        value = res.get(key)
-        if value:
-            text = str(value).strip()
-            return text.splitlines()[-1][:400] if key != "msg" else text[:400]
-    return "failed (no message)"
+    parts = []
+    msg = str(res.get("msg") or res.get("reason") or "").strip()
+    if msg:
+        parts.append(msg[:400])
+    for key in ("stderr", "module_stderr", "stdout", "module_stdout"):
+        tail = _tail(res.get(key))
+        if tail and tail not in msg:
+            parts.append(f"{key.replace('module_', '')}: {tail}")
+            break
+    return "\n".join(parts) if parts else "failed (no message)"
+
+
+def _tail(value: object) -> str:
+    lines = [line.rstrip() for line in str(value or "").strip().splitlines() if line.strip()]
+    return "\n".join(line[:300] for line in lines[-TAIL_LINES:])

@@ -1,4 +1,9 @@
-"""After a deploy: wait until every declared compute node is idle in Slurm, and say why a node did not join."""
+"""After a deploy: wait until every declared compute node is idle in Slurm, and say why a node did not join.
+
+A node someone took out on purpose (drained or set down with a reason of their own: an admin, hpckit's
+health checks) has registered and is where they put it: it is reported with its reason, not waited for,
+and not a failure of the deploy.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +13,11 @@ from dataclasses import dataclass, field
 
 from hpckit.errors import HpckitError
 from hpckit.slurm.client import SlurmClient
-from hpckit.slurm.parsers import NodeState
+from hpckit.slurm.parsers import NodeState, reason_by_slurm
 
 SLURMD_LOG = "/var/log/slurm/slurmd.log"
 JOINED = {"idle", "mixed", "allocated", "completing"}
+HELD = {"drained", "draining", "down", "fail", "failing", "maint"}
 
 
 @dataclass
@@ -19,6 +25,7 @@ class JoinReport:
     expected: list[str]
     joined: list[str] = field(default_factory=list)
     missing: dict[str, str] = field(default_factory=dict)  # node -> its state (or "absent")
+    held: dict[str, str] = field(default_factory=dict)  # node -> its state and reason (taken out on purpose)
     log_tails: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -42,12 +49,18 @@ def wait_for_join(
             states = {n.name: n for n in slurm.nodes()}
         except HpckitError:
             states = {}  # slurmctld may be restarting; keep polling until the deadline
-        missing = {n: _describe(states.get(n)) for n in expected if not _joined(states.get(n))}
+        held = {n: _describe(states[n]) for n in expected if held_on_purpose(states.get(n))}
+        missing = {n: _describe(states.get(n)) for n in expected if not _joined(states.get(n)) and n not in held}
         if not missing or clock() - start >= timeout:
             break
         sleep(poll)
-    joined = [n for n in expected if n not in missing]
-    return JoinReport(expected, joined, missing, seconds=clock() - start)
+    joined = [n for n in expected if n not in missing and n not in held]
+    return JoinReport(expected, joined, missing, held=held, seconds=clock() - start)
+
+
+def held_on_purpose(state: NodeState | None) -> bool:
+    """Drained or down with a reason someone gave (not one slurmctld wrote, like "Not responding")."""
+    return state is not None and state.state in HELD and bool(state.reason) and not reason_by_slurm(state.reason)
 
 
 def _joined(state: NodeState | None) -> bool:

@@ -13,6 +13,7 @@ from typing import Any
 from hpckit.blueprint.models import Blueprint
 from hpckit.deploy.gpu_vars import merge_gpu_vars
 from hpckit.deploy.inventory import SshAccess, build_extravars, build_inventory
+from hpckit.deploy.release_vars import release_extravars
 from hpckit.health.deployvars import health_extravars, health_host_vars, slurm_conf_lines
 
 __all__ = ["build_vars", "with_health_conf"]
@@ -24,6 +25,8 @@ def build_vars(bp: Blueprint, access: SshAccess) -> tuple[dict[str, Any], dict[s
     _add_health_host_vars(bp, inventory)
     extravars.update(health_extravars(bp))
     extravars["slurm_conf_overrides"] = with_health_conf(bp, extravars.get("slurm_conf_overrides", {}))
+    # Last: the cluster's Slurm release decides which keys are written and which changes restart.
+    extravars.update(release_extravars(bp, extravars["slurm_conf_overrides"]))
     return inventory, extravars
 
 

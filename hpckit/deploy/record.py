@@ -83,6 +83,7 @@ class DeploymentRecord:
         return self.path / "events.jsonl"
 
     def mark_current(self) -> None:
+        (self.path.parent.parent / DESTROYED).unlink(missing_ok=True)
         link = self.path.parent.parent / "current"
         tmp = link.with_name(".current.tmp")
         tmp.unlink(missing_ok=True)
@@ -90,8 +91,69 @@ class DeploymentRecord:
         tmp.replace(link)
 
 
+def run_info(blueprint: Any, argv: list[str] | None = None) -> dict[str, Any]:
+    """Who deployed, from where, with which command and which blueprint (a hash of it as expanded: two
+    deploys with the same hash built the same cluster description)."""
+    import getpass
+    import hashlib
+    import shlex
+    import socket
+    import sys
+
+    canonical = json.dumps(blueprint, sort_keys=True, separators=(",", ":"), default=str)
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.geteuid())
+    return {
+        "user": user,
+        "sudo_user": os.environ.get("SUDO_USER"),
+        "host": socket.gethostname(),
+        "command": shlex.join(["hpckit", *(sys.argv[1:] if argv is None else argv)]),
+        "cwd": os.getcwd(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "blueprint_sha256": hashlib.sha256(canonical.encode()).hexdigest(),
+    }
+
+
+def retired_hosts(bp: Any, root: Path | None = None) -> dict[str, Any]:
+    """Compute hosts of the last recorded deploy that the blueprint no longer has (name -> their inventory
+    vars then): deploy stops their slurmd. A lab stops the whole machine of a removed node itself."""
+    path = (root or state_root()) / "clusters" / bp.cluster_name / "current" / "inventory.yml"
+    try:
+        inventory = yaml.safe_load(path.read_text())
+        partitions = inventory["all"]["children"]["slurm_compute"]["children"]
+        before = {h: v for part in partitions.values() for h, v in (part.get("hosts") or {}).items()}
+    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError):
+        return {}
+    now = {bp.controller.host, *(h.host for h in bp.login), *(host for _, host, _ in bp.compute_hosts())}
+    return {h: v for h, v in before.items() if h not in now}
+
+
+DESTROYED = "destroyed.json"
+
+
+def mark_destroyed(cluster: str, root: Path | None = None) -> None:
+    """`hpckit destroy` took the cluster down: later commands say so instead of failing on what is gone."""
+    base = (root or state_root()) / "clusters" / cluster
+    if not base.is_dir():
+        return
+    info = run_info({})
+    data = {"time": info["started"], "user": info["user"], "host": info["host"], "command": info["command"]}
+    (base / DESTROYED).write_text(json.dumps(data, indent=2) + "\n")
+
+
 def load_access(cluster: str, root: Path | None = None) -> ClusterAccess:
-    path = (root or state_root()) / "clusters" / cluster / "current" / "access.json"
+    base = (root or state_root()) / "clusters" / cluster
+    path = base / "current" / "access.json"
+    destroyed = base / DESTROYED
+    if destroyed.exists():
+        try:
+            info = json.loads(destroyed.read_text())
+            when = f" at {info['time']} by {info['user']}@{info['host']}"
+        except (OSError, ValueError, KeyError, TypeError):
+            when = ""
+        raise RecordError(f"cluster {cluster!r} was destroyed{when} (`hpckit destroy`); deploy it again to use it")
     try:
         data = json.loads(path.read_text())
         data["access"] = SshAccess(**data["access"])

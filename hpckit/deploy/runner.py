@@ -7,6 +7,7 @@ reaches Ansible through the cancel callback (without one, runner swallows it).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -70,14 +71,37 @@ class _Cancel:
         return self.requested.is_set()
 
 
-def _envvars(run: PlaybookRun) -> dict[str, str]:
+def _envvars(run: PlaybookRun, data_dir: Path, control_dir: Path) -> dict[str, str]:
     env = {
         "ANSIBLE_CONFIG": str(ansible_dir() / "ansible.cfg"),
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_RETRY_FILES_ENABLED": "0",
         "PATH": _path_with_ansible(),
+        # Nothing of a run outlives it: Ansible's home and local temp live in the private data dir (not
+        # ~/.ansible), and its SSH master connections in a folder of this run's own, so that a host whose
+        # sshd died is seen dead by the next run instead of reached over a connection cached by the last.
+        "ANSIBLE_HOME": str(data_dir / "ansible-home"),
+        "ANSIBLE_LOCAL_TEMP": str(data_dir / "ansible-tmp"),
+        "ANSIBLE_SSH_CONTROL_PATH_DIR": str(control_dir),
     }
     return env
+
+
+def _control_dir() -> Path:
+    """A short folder for SSH control sockets (a socket path has a ~100-byte limit, and the data dir may
+    sit deep under $TMPDIR)."""
+    return Path(tempfile.mkdtemp(prefix="hpckit-cp-", dir="/tmp"))
+
+
+def _close_masters(control_dir: Path) -> None:
+    """End the run's SSH master connections (ControlPersist would keep them for minutes), then their folder."""
+    from hpckit.slurm.transport import LocalTransport
+
+    local = LocalTransport()
+    for sock in control_dir.iterdir():
+        with contextlib.suppress(HpckitError):
+            local.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "hpckit-run"], timeout=10)
+    shutil.rmtree(control_dir, ignore_errors=True)
 
 
 def _path_with_ansible() -> str:
@@ -107,6 +131,7 @@ def run_playbook(
     if not playbook.is_file():
         raise RunnerError(f"playbook not found: {playbook}")
     data_dir = Path(tempfile.mkdtemp(prefix="hpckit-runner-"))
+    control_dir = _control_dir()
     sink = keep_events.open("a") if keep_events else None
     try:
         (data_dir / "inventory").mkdir()
@@ -125,7 +150,7 @@ def run_playbook(
                 playbook=str(playbook),
                 inventory=str(data_dir / "inventory" / "hosts.yml"),
                 extravars=dict(extravars),
-                envvars=_envvars(run),
+                envvars=_envvars(run, data_dir, control_dir),
                 cmdline=_cmdline(run) or None,
                 limit=run.limit,
                 forks=run.forks,
@@ -142,6 +167,7 @@ def run_playbook(
     finally:
         if sink is not None:
             sink.close()
+        _close_masters(control_dir)
         shutil.rmtree(data_dir, ignore_errors=True)  # holds env/extravars: nothing stays on disk
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,8 +11,10 @@ from hpckit.blueprint.models import Blueprint, StaticProvider
 from hpckit.deploy.inventory import SshAccess, host_entries
 from hpckit.lab.blueprint import spec_from_blueprint
 from hpckit.lab.errors import LabError
-from hpckit.lab.provider import lab_status, lab_up, ssh_identity
+from hpckit.lab.node import PRIVATE_ROOTS
+from hpckit.lab.provider import lab_status, lab_up, ssh_identity, visible_in_nodes
 from hpckit.lab.spec import LabSpec
+from hpckit.lab.ssh import NODE_BIN
 from hpckit.paths import PACKAGE_DIR
 from hpckit.slurm.transport import SshTransport
 
@@ -27,17 +30,33 @@ class Target:
 
     def runtime_extravars(self) -> dict[str, str]:
         """What depends on this machine rather than the blueprint: lab nodes share its filesystem, so the
-        login node runs hpckit straight from the interpreter and source tree running this deploy."""
+        login node runs hpckit straight from the interpreter and source tree running this deploy, and the
+        sweep host checks nodes over SSH with the lab's own key."""
         if not self.lab:
             return {}
         return {
             "hpckit_install_mode": "shared",
             "hpckit_python": sys.executable,
             "hpckit_source": str(PACKAGE_DIR.parent),
+            "hpckit_login_bin": f"{NODE_BIN}/hpckit",  # node-private: never this machine's /usr/local/bin
+            "hpckit_health_probe_key": self.access.key_file or "",
+            "hpckit_health_probe_known_hosts": self.access.known_hosts or "",
         }
 
     def transport(self, host: str) -> SshTransport:
         return ssh_transport(self.access, self.addresses.get(host, host), host)
+
+
+def check_lab_can_run_hpckit() -> None:
+    """Lab nodes run hpckit from this machine's filesystem, but each has its own /tmp, /etc, /run ...:
+    an hpckit installed under one of those is invisible there. Refuse before Ansible starts, saying so."""
+    wanted = {"this Python environment": sys.prefix, "the hpckit package": str(PACKAGE_DIR)}
+    hidden = [f"{what} ({path})" for what, path in wanted.items() if not visible_in_nodes(os.path.realpath(path))]
+    if hidden:
+        raise LabError(
+            f"lab nodes cannot see {' or '.join(hidden)}: each node has its own {', '.join(PRIVATE_ROOTS)}. "
+            "Install hpckit elsewhere (e.g. python3 -m venv /opt/hpckit) and deploy from there"
+        )
 
 
 def ssh_transport(access: SshAccess, address: str, where: str) -> SshTransport:
@@ -46,16 +65,18 @@ def ssh_transport(access: SshAccess, address: str, where: str) -> SshTransport:
     return SshTransport(address, access.user, access.port, key, known, where=where)
 
 
-def _not_running(spec: LabSpec) -> tuple[str, ...]:
-    """The spec's nodes whose machine does not run: all of them when the lab is down, the added ones when
-    the blueprint gained nodes. A node whose sshd is down counts as running: deploy reports it, it does not
-    heal it."""
+def _not_running(spec: LabSpec) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The spec's nodes whose machine does not run (all of them when the lab is down, the added ones when
+    the blueprint gained nodes), and the running machines the spec no longer has (removed from the
+    blueprint: `lab up` stops them, slurmd with them). A node whose sshd is down counts as running: deploy
+    reports it, it does not heal it."""
     try:
         status = lab_status(spec.cluster, spec.state_root)
     except LabError:
-        return tuple(n.name for n in spec.nodes)
+        return tuple(n.name for n in spec.nodes), ()
     up = {n.name for n in status.nodes if n.up}
-    return tuple(n.name for n in spec.nodes if n.name not in up)
+    wanted = {n.name for n in spec.nodes}
+    return tuple(n.name for n in spec.nodes if n.name not in up), tuple(sorted(up - wanted))
 
 
 def prepare_target(bp: Blueprint, *, bring_up_lab: bool = True) -> Target:
@@ -66,11 +87,12 @@ def prepare_target(bp: Blueprint, *, bring_up_lab: bool = True) -> Target:
         ssh = bp.provider.ssh
         key = str(Path(ssh.key).expanduser()) if ssh.key else None
         return Target(bp.cluster_name, SshAccess(ssh.user, ssh.port, key), addresses, lab=False)
+    check_lab_can_run_hpckit()
     spec = spec_from_blueprint(bp)
-    not_started = _not_running(spec)
-    if bring_up_lab and not_started:
-        # lab_up starts only the missing machines; running ones (and their jobs) are left as they are,
-        # and every node's /etc/hosts and known hosts are rewritten to list the new ones.
+    not_started, removed = _not_running(spec)
+    if bring_up_lab and (not_started or removed):
+        # lab_up starts only the missing machines and stops the removed ones; running ones (and their
+        # jobs) are left as they are, and every node's /etc/hosts and known hosts are rewritten.
         lab_up(spec)
         not_started = ()
     ident = ssh_identity(spec.cluster, spec.state_root)

@@ -62,6 +62,19 @@ class Mount:
 
 
 @dataclass(frozen=True)
+class SshProbe:
+    """How the sweep host reaches a node out of band (over SSH, not through Slurm) when no sweep job can
+    run on it: to see why (munge, slurmd, the node gone) and to re-check a node hpckit took out."""
+
+    user: str = "root"
+    port: int = 22
+    key: str | None = None  # a private key on the sweep host (default: ssh's own keys)
+    known_hosts: str | None = None  # default: the sweep host's ~/.ssh/known_hosts
+    connect_timeout_s: float = 5.0
+    timeout_s: float = 90.0
+
+
+@dataclass(frozen=True)
 class NodeConfig:
     cluster: str = ""
     store: str = DEFAULT_STORE  # shared: history, verdicts, policy state
@@ -79,6 +92,7 @@ class NodeConfig:
     nightly: str = "0 2 * * *"  # cron schedule of the sweep
     quick_confirm_fails: int = 2  # the quick tier drains on the 2nd FAIL in a row (see hpckit.health.policy)
     command: tuple[str, ...] = ("hpckit", "health")  # how a node runs `hpckit health` (sweep jobs, schedule)
+    probe: SshProbe | None = None  # out-of-band checks over SSH, where the blueprint allows them
     source: str = "defaults"  # where this config came from, for messages
 
     @property
@@ -126,6 +140,7 @@ def parse_config(data: Any, source: str) -> NodeConfig:
         nightly=r.text(top, "nightly", base.nightly),
         quick_confirm_fails=int(r.number(top, "quick_confirm_fails", base.quick_confirm_fails, minimum=1)),
         command=tuple(r.word(c, f"command[{i}]") for i, c in enumerate(r.items(top, "command"))) or base.command,
+        probe=_probe(r, top["probe"]) if top.get("probe") is not None else None,
         source=source,
     )
 
@@ -139,6 +154,23 @@ def _ib(r: _Reader, value: Any) -> IbExpect:
     data = r.mapping(value, "infiniband")
     hcas = tuple(r.word(h, f"infiniband.hcas[{i}]") for i, h in enumerate(r.items(data, "hcas")))
     return IbExpect(hcas, r.number(data, "rate_gbps", None, minimum=1), bool(data.get("roce", False)))
+
+
+def _probe(r: _Reader, value: Any) -> SshProbe:
+    data = r.mapping(value, "probe")
+    base = SshProbe()
+    known = {f.name for f in fields(SshProbe)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise r.error("probe", f"unknown key {unknown[0]!r}; known: {', '.join(sorted(known))}")
+    return SshProbe(
+        user=r.text(data, "user", base.user),
+        port=int(r.number(data, "port", base.port, minimum=1)),
+        key=r.text(data, "key") if data.get("key") is not None else None,
+        known_hosts=r.text(data, "known_hosts") if data.get("known_hosts") is not None else None,
+        connect_timeout_s=r.number(data, "connect_timeout_s", base.connect_timeout_s, minimum=0.1),
+        timeout_s=r.number(data, "timeout_s", base.timeout_s, minimum=1),
+    )
 
 
 def _mount(r: _Reader, item: Any, where: str) -> Mount:

@@ -21,6 +21,7 @@ def health_extravars(bp: Blueprint) -> dict[str, Any]:
             "disabled_checks": list(settings.disabled_checks),
             "quick_interval_s": settings.quick_interval_s,
             "nightly": settings.nightly,
+            "ssh_probe": settings.ssh_probe.model_dump() if settings.ssh_probe is not None else None,
         },
     }
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -90,6 +90,11 @@ def fleet_medians(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+# The least change per unit that counts as drift, whatever the relative change: a munge round trip going
+# from 3 to 10 ms is +234 % and means nothing. Units not listed have no floor.
+DRIFT_FLOOR = {"s": 0.05, "GB/s": 1.0, "Gb/s": 1.0, "TFLOP/s": 5.0}
+
+
 def drift(
     current: pd.DataFrame,
     past: pd.DataFrame,
@@ -97,9 +102,11 @@ def drift(
     min_runs: int = 3,
     rel: float = 0.10,
     mads: float = 3.0,
+    floor: Mapping[str, float] = DRIFT_FLOOR,
 ) -> pd.DataFrame:
     """Metrics of ``current`` that moved away from the same node's own median over ``past``: by more than
-    ``rel`` of that median and by more than ``mads`` robust deviations (1.4826 x MAD) of its history."""
+    ``rel`` of that median, by more than ``mads`` robust deviations (1.4826 x MAD) of its history, and by
+    more than its unit's absolute ``floor``."""
     columns = ["node", "check", "metric", "unit", "value", "median", "change", "runs"]
     keys = ["node", "check", "metric"]
     now = current.dropna(subset=["value"])
@@ -114,6 +121,7 @@ def drift(
     joined = joined[joined["runs"] >= min_runs]
     deviation = (joined["value"] - joined["median"]).abs()
     spread = mads * 1.4826 * joined["mad"]
-    flagged = joined[(deviation > rel * joined["median"].abs()) & (deviation > spread)].copy()
+    least = joined["unit"].map(lambda u: floor.get(str(u), 0.0)).astype("float64")
+    flagged = joined[(deviation > rel * joined["median"].abs()) & (deviation > spread) & (deviation > least)].copy()
     flagged["change"] = (flagged["value"] - flagged["median"]) / flagged["median"].where(flagged["median"] != 0)
     return flagged[columns].sort_values("change", key=lambda c: -c.abs()).reset_index(drop=True)

@@ -243,18 +243,18 @@ def _fleet_names(config: NodeConfig, ctx: Context) -> list[str]:
         return [ctx.node]
 
 
-def apply_decision(ops: NodeOps, decision: Decision) -> Applied | None:
-    """Carry out a DRAIN/REDRAIN/RESUME, re-checking right before that the node's state still allows it."""
+def apply_decision(ops: NodeOps, decision: Decision, claimed: bool = False) -> Applied | None:
+    """Carry out a DRAIN/REDRAIN/RESUME, re-checking right before that the node's state still allows it.
+    ``claimed``: hpckit saw the node failing before Slurm took it out (see hpckit.health.policy)."""
     if decision.action in (Action.DRAIN, Action.REDRAIN):
         assert decision.reason is not None
-        return ops.drain(decision.node, decision.reason, _may_drain)
+        return ops.drain(
+            decision.node, decision.reason, lambda s: ownership(s, claimed) in (Ownership.IN_SERVICE, Ownership.OURS)
+        )
     if decision.action is Action.RESUME:
         expected = decision.reason
         return ops.resume(
-            decision.node, lambda s: ownership(s) is Ownership.OURS and s is not None and s.reason == expected
+            decision.node,
+            lambda s: ownership(s, claimed) is Ownership.OURS and s is not None and s.reason == expected,
         )
     return None
-
-
-def _may_drain(state: NodeState | None) -> bool:
-    return ownership(state) in (Ownership.IN_SERVICE, Ownership.OURS)

@@ -9,6 +9,13 @@ Rules (each one answers a known complaint about health tools):
 * UNKNOWN (a tool that could not run) never drains; after ``escalate_unknown_after`` consecutive
   UNKNOWNs of one check it is escalated to the admin. UNKNOWN with the fault ``absent`` (nothing to look at
   here, e.g. no NVIDIA driver in a lab) is not a failure of a tool and never escalates.
+* The one exception is ``health.reach``: whether hpckit could check the node at all (its sweep job ran, or
+  an out-of-band probe got through and Slurm hears the node). A node that cannot be checked is never
+  healthy: after ``escalate_unknown_after`` such runs in a row it is drained as ``hpckit:unreachable:<why>``
+  (the breaker still holds a fleet-wide outage), and it comes back only after ``resume_after`` runs in which
+  it was reached again. A run in which it could not be reached never counts as a clean run.
+* A node Slurm set DOWN by itself ("Not responding") while hpckit saw it failing is hpckit's to bring back,
+  like one hpckit drained: the sweep remembers which nodes it saw failing (``claimed``).
 * Circuit breaker: when more than ``circuit_breaker`` of the checked nodes fail the same check in one
   run (and at least ``breaker_min_nodes`` do), hpckit drains none of them for it and reports a likely
   configuration regression instead.
@@ -25,9 +32,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from hpckit.health.model import ABSENT, Row, Status
-from hpckit.slurm.parsers import NodeState
+from hpckit.slurm.parsers import NodeState, reason_by_slurm
 
 REASON_PREFIX = "hpckit:"
+REACH_CHECK = "health.reach"  # pseudo-check: could the node be checked at all (job ran, probe got through)
+UNREACHABLE = "unreachable"  # the fault word of a drain for a node that could not be checked
 
 
 @dataclass(frozen=True)
@@ -63,15 +72,22 @@ def verdicts(rows: Iterable[Row]) -> list[Verdict]:
 
 
 def drain_reason(fault: str | None, check: str) -> str:
+    """``hpckit:<fault>:<check>``; for a node that could not be checked ``hpckit:unreachable:<why>``."""
+    if check == REACH_CHECK:
+        return f"{REASON_PREFIX}{UNREACHABLE}:{fault or 'unknown'}"
     return f"{REASON_PREFIX}{fault or 'failed'}:{check}"
 
 
 def parse_reason(reason: str) -> tuple[str, str] | None:
-    """``hpckit:<fault>:<check>`` -> (fault, check); None for a reason hpckit did not write."""
+    """``hpckit:<fault>:<check>`` -> (fault, check); ``hpckit:unreachable:<why>`` -> (why, health.reach);
+    None for a reason hpckit did not write."""
     if not reason.startswith(REASON_PREFIX):
         return None
     fault, sep, check = reason[len(REASON_PREFIX) :].partition(":")
-    return (fault, check.split()[0] if check.split() else "") if sep else (fault, "")
+    name = check.split()[0] if check.split() else ""
+    if fault == UNREACHABLE and sep:
+        return (name, REACH_CHECK)
+    return (fault, name) if sep else (fault, "")
 
 
 # --- who owns a node's state --------------------------------------------------------------------------
@@ -86,18 +102,22 @@ class Ownership(enum.Enum):
 
 
 _DRAINED = {"drained", "draining", "drain"}
+_DOWN = {"down", "fail", "failing"}
 _IN_SERVICE = {"idle", "mixed", "allocated", "completing", "planned", "reserved", "alloc", "mix", "comp", "resv"}
 
 
-def ownership(node: NodeState | None) -> Ownership:
+def ownership(node: NodeState | None, claimed: bool = False) -> Ownership:
     """Whose the node's state is. A node that stopped answering slurmctld but is not yet marked down
     (``idle*``) is still in service: its own failing verdict (munge down is exactly such a node) gives a
-    better reason than the "Not responding" Slurm would set later. Once Slurm has set it DOWN, it is not
-    hpckit's to touch."""
+    better reason than the "Not responding" Slurm would set later. A node Slurm set DOWN is hpckit's only
+    when it keeps hpckit's reason (Slurm keeps a reason it finds) or when hpckit saw it failing
+    (``claimed``) and the reason is Slurm's own; otherwise it is left alone."""
     if node is None:
         return Ownership.MISSING
-    if node.state in _DRAINED:
-        return Ownership.OURS if node.reason.startswith(REASON_PREFIX) else Ownership.FOREIGN
+    if node.state in _DRAINED or node.state in _DOWN:
+        if node.reason.startswith(REASON_PREFIX) or (claimed and reason_by_slurm(node.reason)):
+            return Ownership.OURS
+        return Ownership.FOREIGN if node.state in _DRAINED else Ownership.UNAVAILABLE
     return Ownership.IN_SERVICE if node.state in _IN_SERVICE else Ownership.UNAVAILABLE
 
 
@@ -225,27 +245,49 @@ def decide(
     memory: Mapping[str, NodeMemory],
     settings: PolicySettings,
     fleet: Mapping[str, FleetCount] | None = None,
+    claimed: frozenset[str] = frozenset(),
 ) -> Outcome:
     """Decide, for every node with a verdict in ``run``, what hpckit does with it.
 
     ``fleet`` is the fleet view for the circuit breaker; by default the run itself (the sweep sees every
     node). A node drained by hpckit is judged even without verdicts of its own (it stays drained).
+    ``claimed``: nodes hpckit saw failing in its last look (see :func:`ownership`).
     """
     enabled = [v for v in run if v.check not in settings.disabled_checks]
-    tripped = trips(fleet if fleet is not None else fleet_counts(enabled), settings, _faults(enabled))
-    tripped_checks = {t.check for t in tripped}
     by_node: dict[str, list[Verdict]] = {}
     for v in enabled:
         by_node.setdefault(v.node, []).append(v)
-    decisions: list[Decision] = []
-    escalations: list[Escalation] = []
     new_memory = dict(memory)
     for node, node_run in by_node.items():
-        mem = _remember(memory.get(node, NodeMemory()), node_run)
-        new_memory[node] = mem
-        escalations += _escalations(node, node_run, mem, settings)
-        decisions.append(_decide_node(node, node_run, slurm.get(node), mem, settings, tripped_checks))
+        new_memory[node] = _remember(memory.get(node, NodeMemory()), node_run)
+    # An unreachable node past the escalation limit counts as failing, for the breaker too.
+    judged = {n: [_escalated(v, new_memory[n], settings) for v in node_run] for n, node_run in by_node.items()}
+    flat = [v for node_run in judged.values() for v in node_run]
+    tripped = trips(fleet if fleet is not None else fleet_counts(flat), settings, _faults(flat))
+    tripped_checks = {t.check for t in tripped}
+    decisions: list[Decision] = []
+    escalations: list[Escalation] = []
+    for node, node_run in judged.items():
+        mem = new_memory[node]
+        escalations += _escalations(node, by_node[node], mem, settings)
+        state = slurm.get(node)
+        decisions.append(_decide_node(node, node_run, state, mem, settings, tripped_checks, node in claimed))
     return Outcome(tuple(decisions), tuple(tripped), tuple(escalations), new_memory)
+
+
+def _escalated(v: Verdict, mem: NodeMemory, s: PolicySettings) -> Verdict:
+    """``health.reach`` UNKNOWN for ``escalate_unknown_after`` runs in a row: a failure from now on."""
+    if v.check != REACH_CHECK or v.status != Status.UNKNOWN or v.fault == ABSENT:
+        return v
+    count = mem.checks[REACH_CHECK].unknowns
+    if count < s.escalate_unknown_after:
+        return v
+    return replace(v, status=Status.FAIL, evidence=f"{v.evidence} ({count} runs in a row)")
+
+
+def unreachable(v: Verdict) -> bool:
+    """The node could not be checked in this run (and the escalation limit is not reached yet)."""
+    return v.check == REACH_CHECK and v.status == Status.UNKNOWN and v.fault != ABSENT
 
 
 def _faults(run: Iterable[Verdict]) -> dict[str, list[str]]:
@@ -260,7 +302,7 @@ def _remember(mem: NodeMemory, node_run: Sequence[Verdict]) -> NodeMemory:
     checks = dict(mem.checks)
     for v in node_run:
         checks[v.check] = checks.get(v.check, CheckMemory()).after(v)
-    clean = not any(v.status == Status.FAIL for v in node_run)
+    clean = not any(v.status == Status.FAIL or unreachable(v) for v in node_run)
     return NodeMemory(checks, mem.clean_runs + 1 if clean else 0)
 
 
@@ -280,49 +322,74 @@ def _decide_node(
     mem: NodeMemory,
     s: PolicySettings,
     tripped: set[str],
+    claimed: bool = False,
 ) -> Decision:
-    owner = ownership(state)
+    owner = ownership(state, claimed)
     if owner in (Ownership.FOREIGN, Ownership.UNAVAILABLE, Ownership.MISSING):
         detail = f" ({state.state}{state.flags}: {state.reason or 'no reason'})" if state else ""
         return Decision(node, Action.SKIP, f"{owner.value}{detail}; hpckit leaves it alone")
     fails = [v for v in node_run if v.status == Status.FAIL]
-    actionable = [v for v in fails if v.check not in tripped and mem.checks[v.check].fails >= s.confirm_fails]
+    actionable = [
+        v
+        for v in fails
+        if v.check not in tripped and (v.check == REACH_CHECK or mem.checks[v.check].fails >= s.confirm_fails)
+    ]
     if owner is Ownership.IN_SERVICE:
-        return _in_service(node, fails, actionable, mem, s, tripped)
+        return _in_service(node, node_run, fails, actionable, mem, s, tripped)
     assert state is not None
-    return _ours(node, state.reason, fails, actionable, mem, s)
+    return _ours(node, state.reason, node_run, fails, actionable, mem, s)
 
 
 def _in_service(
-    node: str, fails: list[Verdict], actionable: list[Verdict], mem: NodeMemory, s: PolicySettings, tripped: set[str]
+    node: str,
+    node_run: Sequence[Verdict],
+    fails: list[Verdict],
+    actionable: list[Verdict],
+    mem: NodeMemory,
+    s: PolicySettings,
+    tripped: set[str],
 ) -> Decision:
     if actionable:
         first = actionable[0]
         why = "; ".join(f"{v.check}: {v.evidence}" for v in actionable)
         return Decision(node, Action.DRAIN, why, drain_reason(first.fault, first.check), enforce=s.drain)
-    if fails:
-        held = [
-            f"{v.check} held by the circuit breaker"
-            if v.check in tripped
-            else f"{v.check} failed {mem.checks[v.check].fails} of {s.confirm_fails} runs needed to drain"
-            for v in fails
-        ]
-        return Decision(node, Action.NONE, "; ".join(held))
-    return Decision(node, Action.NONE, "healthy")
+    held = [
+        f"{v.check} held by the circuit breaker"
+        if v.check in tripped
+        else f"{v.check} failed {mem.checks[v.check].fails} of {s.confirm_fails} runs needed to drain"
+        for v in fails
+    ]
+    held += [
+        f"not checked: {v.evidence} ({mem.checks[REACH_CHECK].unknowns} of {s.escalate_unknown_after} runs "
+        "before it is drained)"
+        for v in node_run
+        if unreachable(v)
+    ]
+    return Decision(node, Action.NONE, "; ".join(held) if held else "healthy")
 
 
 def _ours(
-    node: str, reason: str, fails: list[Verdict], actionable: list[Verdict], mem: NodeMemory, s: PolicySettings
+    node: str,
+    reason: str,
+    node_run: Sequence[Verdict],
+    fails: list[Verdict],
+    actionable: list[Verdict],
+    mem: NodeMemory,
+    s: PolicySettings,
 ) -> Decision:
     parsed = parse_reason(reason)
-    reason_check = parsed[1] if parsed else ""
+    reason_check = parsed[1] if parsed else REACH_CHECK  # Slurm's own reason on a node hpckit saw failing
     if fails:
         failing_checks = {v.check for v in fails}
-        if actionable and reason_check not in failing_checks:
+        if actionable and (parsed is None or reason_check not in failing_checks):
             first = actionable[0]
-            why = f"{reason_check or reason} passes now, but {first.check} fails: {first.evidence}"
+            was = f"{reason_check or reason} passes now, but" if parsed is not None else f"Slurm's {reason!r};"
+            why = f"{was} {first.check} fails: {first.evidence}"
             return Decision(node, Action.REDRAIN, why, drain_reason(first.fault, first.check), enforce=s.drain)
         return Decision(node, Action.KEEP, "still failing: " + "; ".join(f"{v.check}: {v.evidence}" for v in fails))
+    blind = [v for v in node_run if unreachable(v)]
+    if blind:
+        return Decision(node, Action.KEEP, f"kept out: it cannot be checked ({blind[0].evidence})")
     passes = mem.checks[reason_check].passes if reason_check in mem.checks else None
     needed = s.resume_after
     if reason_check in s.disabled_checks or passes is None:

@@ -134,12 +134,15 @@ def render_sweep(result: SweepResult, history: pd.DataFrame | None = None, thres
 
 
 def _sweep_header(result: SweepResult) -> str:
-    jobs = sum(1 for s in result.sources.values() if s.startswith("job"))
+    sources = list(result.sources.values())
+    jobs = sum(1 for s in sources if s.startswith("job ("))
+    ssh = sum(1 for s in sources if "over SSH" in s)
+    stored = sum(1 for s in sources if s.startswith("quick verdict"))
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(result.started))
     return (
-        f"health sweep {result.run_id} at {stamp}: {len(result.sources)} nodes checked "
-        f"({jobs} by job, {len(result.sources) - jobs} by their quick verdict), {len(result.skipped)} skipped, "
-        f"{result.seconds:.1f} s"
+        f"health sweep {result.run_id} at {stamp}: {len(sources)} nodes looked at ({jobs} by job, {ssh} over "
+        f"SSH, {stored} by their stored quick verdict, {len(sources) - jobs - ssh - stored} could not be "
+        f"checked), {len(result.skipped)} skipped, {result.seconds:.1f} s"
     )
 
 

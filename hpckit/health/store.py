@@ -5,6 +5,8 @@ Layout::
     latest/<node>.json    the node's latest verdict (every quick run, and every sweep)
     nightly/<node>.json   the node's heavy-tier rows from the last sweep (the quick tier re-reads them)
     state/<node>.json     the drain policy's memory: consecutive passes / fails / unknowns per check
+    nodes/<node>.json     what the sweep saw of the node: its Slurm state and since when, its last failed
+                          job, whether hpckit holds it (see NodeLedger)
     history/<run>.parquet every sweep's rows (hpckit.health.history, with pandas)
     runs/<run>.json       every sweep's decisions, breaker trips and escalations
     metrics/hpckit_health.prom   Prometheus node_exporter textfile of the last sweep
@@ -20,7 +22,7 @@ import json
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,25 @@ class Verdict:
     tier: str
     rows: tuple[Row, ...]
     note: str = ""  # e.g. "drain failed: ..." when the node could not act on its own verdict
+
+
+@dataclass(frozen=True)
+class NodeLedger:
+    """What the sweep keeps of a node between runs, besides the policy memory.
+
+    A stored verdict may stand in for a sweep job only when it is newer than both ``state_since`` and
+    ``last_failed_job``: a verdict written before the node went quiet, or before a job on it failed, says
+    nothing about the node now. ``claimed``: hpckit saw the node failing (or could not check it) and has not
+    let go of it since, so a DOWN that Slurm sets meanwhile is still hpckit's to undo once the node is fixed.
+    """
+
+    state: str = ""
+    state_since: float = 0.0
+    last_failed_job: float = 0.0
+    claimed: bool = False
+
+    def newer(self, when: float) -> bool:
+        return when > max(self.state_since, self.last_failed_job)
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -118,6 +139,26 @@ class Store:
 
     def write_memory(self, node: str, memory: NodeMemory, updated: float) -> None:
         write_json(self.path("state", f"{node}.json"), memory_to_json(memory, updated))
+
+    # --- the sweep's ledger ----------------------------------------------------------------------------
+
+    def read_ledger(self, node: str) -> NodeLedger | None:
+        """None when the sweep never saw the node (or its file is unreadable: then it starts afresh)."""
+        try:
+            data = read_json(self.path("nodes", f"{node}.json"))
+        except StoreError:
+            return None
+        if not isinstance(data, dict):
+            return None
+        try:
+            return NodeLedger(
+                str(data["state"]), float(data["state_since"]), float(data["last_failed_job"]), bool(data["claimed"])
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def write_ledger(self, node: str, ledger: NodeLedger) -> None:
+        write_json(self.path("nodes", f"{node}.json"), asdict(ledger))
 
 
 def _verdict(data: Any, path: Path) -> Verdict | None:

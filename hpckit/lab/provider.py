@@ -88,6 +88,7 @@ def lab_up(spec: LabSpec) -> LabStatus:
         for lab_node in starting:
             _prepare_node(spec, paths, lab_node)
         _write_lab_files(spec, paths, records)
+        _ensure_shared_mounts(spec, paths, records)
         records.update(_parallel(starting, lambda n: _start_node(spec, paths, n)))
         _ensure_sshd(spec, records)
     return lab_status(spec.cluster, spec.state_root)
@@ -164,6 +165,11 @@ def _prepare_shared_dirs(spec: LabSpec, paths: LabPaths) -> None:
     state.save_mountpoints(paths, created)
 
 
+def visible_in_nodes(path: str) -> bool:
+    """Whether a path of this machine is the same path inside every node (not under a node-private root)."""
+    return not _under_private_root(path)
+
+
 def _under_private_root(path: str) -> bool:
     p = PurePosixPath(path)
     return any(p == PurePosixPath(r) or PurePosixPath(r) in p.parents for r in node.PRIVATE_ROOTS)
@@ -215,6 +221,23 @@ def _start_node(spec: LabSpec, paths: LabPaths, lab_node: LabNode) -> NodeRecord
         raise
     node.start_sshd(record, lab_node)
     return record
+
+
+def _ensure_shared_mounts(spec: LabSpec, paths: LabPaths, records: Mapping[str, NodeRecord]) -> None:
+    """A running node whose shared dir was unmounted (by hand, by a test) gets it bound again."""
+    for name, record in records.items():
+        try:
+            mountinfo = Path(f"/proc/{record.init_pid}/mountinfo").read_text(encoding="utf-8")
+        except OSError:
+            continue
+        mounted = {line.split()[4] for line in mountinfo.splitlines() if len(line.split()) > 4}
+        for shared in spec.shared_dirs:
+            if shared in mounted:
+                continue
+            source = str(paths.shared_source(shared))
+            done = node.run_in(record, ["sh", "-c", 'mkdir -p "$2" && mount --bind "$1" "$2"', "sh", source, shared])
+            if done.returncode != 0:
+                raise LabError(f"node {name}: cannot mount {shared} again: {done.stderr.strip()}")
 
 
 def _ensure_sshd(spec: LabSpec, records: Mapping[str, NodeRecord]) -> None:

@@ -88,6 +88,9 @@ def known_hosts_text(spec: LabSpec, host_keys: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+NODE_BIN = "/etc/hpckit/bin"
+
+
 def sshd_config_text(spec: LabSpec, node: LabNode) -> str:
     return f"""\
 # hpckit lab {spec.cluster}, node {node.name}: this node's private sshd_config.
@@ -109,6 +112,9 @@ UseDNS no
 MaxStartups 200:30:400
 MaxSessions 64
 AcceptEnv LANG LC_*
+# Commands installed for this node alone (the login node's hpckit) live in its private /etc, not in the
+# /usr/local/bin it shares with this box and every other node.
+SetEnv PATH={NODE_BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 Subsystem sftp /usr/lib/openssh/sftp-server
 """
 

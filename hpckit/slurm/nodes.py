@@ -80,6 +80,29 @@ class NodeOps:
     def resume(self, node: str, guard: Callable[[NodeState | None], bool]) -> Applied:
         return self._guarded(node, guard, ["state=resume"], "resumed")
 
+    def recontact(
+        self, node: str, guard: Callable[[NodeState | None], bool], reason: Callable[[NodeState], str]
+    ) -> Applied:
+        """Have slurmctld contact a node it stopped hearing, keeping the node drained (with ``reason`` of
+        its state as read right before).
+
+        slurmctld never pings a node it set DOWN for not responding; it asks for its registration only
+        about every 20th ping cycle (half an hour with the default SlurmdTimeout), so a node fixed
+        meanwhile stays out that long. A resume clears DOWN and makes slurmctld ask for the registration
+        at once; the node stays "not responding" (no job lands on it) until it answers, and the drain goes
+        straight back before it can.
+        """
+        try:
+            current = self.state(node)
+            if current is None or not guard(current):
+                now = f"{current.state}{current.flags} ({current.reason or 'no reason'})" if current else "unknown"
+                return Applied(node, False, f"not changed: its state changed meanwhile to {now}")
+            self._run("scontrol", "update", f"nodename={node}", "state=resume")
+            self._run("scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason(current)}")
+        except HpckitError as exc:
+            return Applied(node, False, f"failed: {exc}")
+        return Applied(node, True, "asked slurmctld to contact it again (still drained)")
+
     def _guarded(self, node: str, guard: Callable[[NodeState | None], bool], update: list[str], done: str) -> Applied:
         try:
             current = self.state(node)

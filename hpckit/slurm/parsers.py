@@ -32,6 +32,21 @@ class NodeState:
         return self.responding and self.state in {"idle", "mixed", "allocated", "completing"}
 
 
+# Reasons slurmctld writes itself when it takes a node out (no person, no tool set them).
+SLURM_REASONS = (
+    "Not responding",
+    "Kill task failed",
+    "Node unexpectedly rebooted",
+    "Prolog error",
+    "Epilog error",
+    "batch job complete failure",
+)
+
+
+def reason_by_slurm(reason: str) -> bool:
+    return any(reason.startswith(r) for r in SLURM_REASONS)
+
+
 SINFO_NODES_FORMAT = "%N|%T|%E"
 
 

@@ -144,9 +144,9 @@ class SshTransport:
                 rc, out, err = _exec(channel, command, stdin, deadline)
             finally:
                 channel.close()
-        except TimeoutError:
+        except _PastDeadline:
             raise TransportError(f"`{command}` on {self.where} did not finish in {timeout} s") from None
-        except (paramiko.SSHException, OSError, EOFError) as exc:
+        except (paramiko.SSHException, OSError, EOFError) as exc:  # a connect timeout is an OSError too
             self.close()
             raise TransportError(f"cannot reach {self.where} over SSH: {exc}") from None
         return CommandResult(tuple(argv), rc, out, err, self.where)
@@ -157,9 +157,13 @@ class SshTransport:
             self._conn = None
 
 
+class _PastDeadline(Exception):
+    """The command ran past its deadline (not: the connection timed out, which is an OSError)."""
+
+
 def _exec(channel: Any, command: str, stdin: str | None, deadline: float | None) -> tuple[int, str, str]:
     """Run `command` on a fresh session channel: its exit status, stdout and stderr (read as they come,
-    so neither stream's window fills up and stalls the other). TimeoutError past `deadline`."""
+    so neither stream's window fills up and stalls the other). _PastDeadline past `deadline`."""
     channel.exec_command(command)
     if stdin is not None:
         channel.sendall(stdin.encode())
@@ -176,7 +180,7 @@ def _exec(channel: Any, command: str, stdin: str | None, deadline: float | None)
             break
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
-            raise TimeoutError
+            raise _PastDeadline
         # The channel's fileno turns readable when either stream has data or the channel closes.
         select.select([channel], [], [], 1.0 if left is None else min(left, 1.0))
     status = channel.recv_exit_status()  # right after the end of output (set to -1 when the channel closes)
