@@ -402,11 +402,15 @@ def test_the_warning_signal_reaches_every_rank_then_the_job_requeues(
     """Slurm's warning (USR1 to the batch shell, --signal=B:USR1@N) becomes SIGTERM for the step's ranks
     (a stand-in rank that saves on SIGTERM), and the script requeues its job once they have ended."""
     bin_dir = _stub_bin(tmp_path)
-    rank = 'trap \'echo saved >> "$ARGV_LOG"; exit 0\' TERM\necho started >> "$ARGV_LOG"\n'
-    rank += "while :; do sleep 0.05; done\n"
+    rank = 'trap \'echo saved >> "$ARGV_LOG"; exit 0\' TERM\necho $$ > "$ARGV_LOG.pid"\n'
+    rank += 'echo started >> "$ARGV_LOG"\nwhile :; do sleep 0.05; done\n'
     for program in ("python", "python3"):
         (bin_dir / program).write_text("#!/bin/bash\n" + rank)
     (bin_dir / "scontrol").write_text('#!/bin/bash\necho "scontrol $*" >> "$ARGV_LOG"\necho node1\n')
+    # scancel --signal=TERM JOB signals the job's steps (here: the one rank), not the batch script
+    scancel = 'echo "scancel $*" >> "$ARGV_LOG"\nkill -TERM "$(cat "$ARGV_LOG.pid")"\n'
+    (bin_dir / "scancel").write_text("#!/bin/bash\n" + scancel)
+    (bin_dir / "scancel").chmod(0o755)
     values = {"log_dir": str(tmp_path / "logs"), "container": "", "signal_before_end": "90"}
     script = library.get(name).render(values).script
     assert "#SBATCH --signal=B:USR1@90" in script and "#SBATCH --requeue" in script
@@ -424,7 +428,7 @@ def test_the_warning_signal_reaches_every_rank_then_the_job_requeues(
     _, stderr = job.communicate(timeout=20)
     assert job.returncode == 0, stderr
     lines = log.read_text().splitlines()
-    assert lines[-2:] == ["saved", "scontrol requeue 4242"], (lines, stderr)
+    assert lines[-3:] == ["scancel --signal=TERM 4242", "saved", "scontrol requeue 4242"], (lines, stderr)
     assert "SIGTERM to every rank" in stderr and "requeueing job 4242" in stderr
 
 
