@@ -138,6 +138,20 @@ def test_h100_nccl_tests_output_is_judged_against_8x_ndr(tmp_path: Path) -> None
     assert [f.split(":")[0] for f in _failures(result, strict=True)] == ["below expectation"]
 
 
+def test_a_run_nccl_tests_calls_failed_is_failed_with_its_words(tmp_path: Path) -> None:
+    """Rows, then "Test NCCL failure" (a real log, nccl-tests#322): never judged as a run that merely
+    stopped early, even when the job's exit status hides it."""
+    output = (DATA.parent / "results" / "issue-nccl-tests-322-rows-then-test-nccl-failure-excerpt.txt").read_text()
+    facts = ClusterFacts("hgx", "gpu", 16, 224, 8, "h100-sxm", 8, 400.0, "/shared", False)
+    record = JobRecord("9", "COMPLETED", 0, 0, ("gpu01", "gpu02"), "sacct", batch_host="gpu01")
+    req = BenchRequest(get("allreduce"), 2, backend="nccl-tests", bench_dir=str(tmp_path), history=False)
+    with pytest.raises(BenchJobFailed) as caught:
+        run_bench(req, context(FakeCluster(output, record), facts, tmp_path))
+    lines = str(caught.value).splitlines()
+    assert lines[0].startswith("benchmark job 9 failed")
+    assert "Test NCCL failure common.cu:1204 'unhandled cuda error" in lines[1]
+
+
 def test_a_lost_node_is_named(lab_facts: ClusterFacts, tmp_path: Path) -> None:
     output = (DATA / "lab-torch-allreduce-node3-killed.out").read_text()
     record = JobRecord("4", "FAILED", 15, 0, LAB_NODES, "sacct", batch_host="node1")
