@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from hpckit.slurm.jobparse import (
     JobRecord,
@@ -22,6 +23,7 @@ from hpckit.slurm.jobparse import (
     record_from_sacct,
     record_from_scontrol,
     slurm_error,
+    task_failures,
 )
 from hpckit.slurm.jobs import (
     CliBackend,
@@ -32,11 +34,15 @@ from hpckit.slurm.jobs import (
     JobWaitTimeout,
     UnknownPartitionError,
     backend_for,
+    cancel_jobs,
     describe_failure,
+    failure_status,
+    failure_tail,
     poll_intervals,
 )
 from hpckit.slurm.parsers import SlurmParseError
 from hpckit.slurm.transport import CommandResult, LocalTransport, TransportError
+from tests.jobutil import cli_with_jobs
 
 DATA = Path(__file__).resolve().parent / "data" / "jobs"
 LAB = DATA / "lab"
@@ -449,18 +455,100 @@ def test_backend_choice() -> None:
         backend_for(local, "rest")
 
 
-def test_pyslurm_backend_is_guarded() -> None:
-    pytest.importorskip("pyslurm", reason="pyslurm is not installed: the guard is what there is to test")
-    from hpckit.slurm.pyslurm_backend import pyslurm_unusable
+# --- the first task to fail, and cancelling -------------------------------------------------------------
 
-    assert pyslurm_unusable(ScriptedTransport({"sinfo": [(0, "slurm-wlm 1.0.0\n", "")]})) is not None
+# srun's own words for tasks that ended badly (src/srun/launch.c, Slurm 24.11.5: "%s: %s %s: Exited with
+# exit code %d", hosts, "task"/"tasks", ids): rank 2 on node3 fails, then the others are killed.
+BROKEN_RUN = """hpckit: job 14 (torchrun) on node[1-4], 4 node(s)
+step 1 loss 2.31
+rank 2: RuntimeError: CUDA error: an illegal memory access was encountered
+srun: error: node3: task 2: Exited with exit code 1
+srun: Job step aborted: Waiting up to 32 seconds for job step to finish.
+slurmstepd: error: *** STEP 14.0 ON node1 CANCELLED AT 2026-11-21T06:10:01 ***
+srun: error: node1: task 0: Exited with exit code 143
+srun: error: node[2,4]: tasks 1,3: Killed
+"""
 
 
-def test_asking_for_pyslurm_without_it_is_a_clear_error() -> None:
-    try:
-        import pyslurm  # noqa: F401
-    except ImportError:
-        with pytest.raises(JobError, match="pyslurm is not importable"):
-            backend_for(LocalTransport(), "pyslurm")
-    else:
-        pytest.skip("pyslurm is installed")
+def test_the_first_task_to_fail_is_blamed_not_the_last() -> None:
+    failures = task_failures(BROKEN_RUN)
+    assert [(f.hosts, f.tasks, f.exit_code, f.what) for f in failures] == [
+        ("node3", "2", 1, "exit code 1"),
+        ("node1", "0", 143, "exit code 143"),
+        ("node[2,4]", "1,3", None, "Killed"),
+    ]
+    scontrol = scontrol_as("FAILED", "143:0")[1].replace("Reason=None", "Reason=NonZeroExitCode")
+    transport = ScriptedTransport({"scontrol": [(0, scontrol, "")], "cat": [(0, BROKEN_RUN, "")]})
+    with pytest.raises(JobFailedError) as caught:
+        jobs_on(transport, FakeClock()).follow("14", 0.0, 30)
+    message = str(caught.value)
+    assert message.startswith(
+        "job 14 FAILED (exit code 143) on node1: NonZeroExitCode; first to fail: task 2 on node3 (exit code 1)"
+    )
+    assert "at that failure:" in message and message.endswith("srun: error: node3: task 2: Exited with exit code 1")
+    assert "illegal memory access" in message and caught.value.exit_code == 1
+    assert failure_status(caught.value.record, None) == 143
+
+
+def _squeue(*rows: str) -> Reply:
+    return (0, "".join(f"{row}\n" for row in rows), "")
+
+
+def test_cancel_says_what_it_cancelled_and_reports_unknown_ids() -> None:
+    transport = ScriptedTransport(
+        {"squeue": [_squeue("21|alice|RUNNING|train a"), INVALID_ID, _squeue()], "scancel": [(0, "", "")]}
+    )
+    done = cancel_jobs(CliBackend(transport), ["21", "99", "22", "x;y"])
+    assert [j.describe() for j in done.cancelled] == ["job 21 (train a, user alice, RUNNING)"]
+    assert [what for what, _ in done.missed] == ["job 99", "job 22", "job x;y"]
+    assert ("scancel", "21") in transport.calls and len([c for c in transport.calls if c[0] == "scancel"]) == 1
+    assert ("squeue", "-h", "-o", "%i|%u|%T|%j", "-j", "99") in transport.calls
+
+
+def test_cancel_by_name_is_the_callers_own_jobs_unless_a_user_is_named() -> None:
+    transport = ScriptedTransport(
+        {"squeue": [_squeue("31|bob|PENDING|sweep", "32_4|bob|RUNNING|sweep")], "scancel": [(0, "", "")]}
+    )
+    done = cancel_jobs(CliBackend(transport), name="sweep")
+    assert [j.job_id for j in done.cancelled] == ["31", "32_4"] and not done.missed
+    assert transport.calls[0] == ("squeue", "-h", "-o", "%i|%u|%T|%j", "-n", "sweep", "--me")
+    by_user = ScriptedTransport({"squeue": [_squeue()]})
+    nothing = cancel_jobs(CliBackend(by_user), user="carol")
+    assert by_user.calls[0][-2:] == ("-u", "carol") and nothing.missed == [
+        ("jobs with user 'carol'", "none are queued or running")
+    ]
+
+
+def test_cancel_command_exit_codes(monkeypatch: pytest.MonkeyPatch) -> None:
+    transport = ScriptedTransport({"squeue": [_squeue("21|alice|RUNNING|a"), INVALID_ID], "scancel": [(0, "", "")]})
+    monkeypatch.setattr("hpckit.cli.jobs.transport_for", lambda cluster: transport)
+    ok = CliRunner().invoke(cli_with_jobs(), ["cancel", "21"])
+    assert ok.exit_code == 0 and ok.stdout == "cancelled job 21 (a, user alice, RUNNING)\n"
+    unknown = CliRunner().invoke(cli_with_jobs(), ["cancel", "99"])
+    assert unknown.exit_code == 1 and "job 99 is not queued or running" in unknown.stderr
+    usage = CliRunner().invoke(cli_with_jobs(), ["cancel"])
+    assert usage.exit_code == 2
+
+
+def test_the_first_failure_of_a_real_torchrun_job() -> None:
+    """The lab's torchrun job whose rank on node3 exits 1: srun kills the other three, which then report
+    exit code 1 too; the blame and the log tail (torchrun's own root cause) point at node3."""
+    output = lab("torchrun-first-failure-node3-22.05.8.out")
+    failures = task_failures(output)
+    assert [(f.hosts, f.tasks, f.exit_code) for f in failures] == [
+        ("node3", "2", 1),
+        ("node1", "0", 1),
+        ("node2", "1", 1),
+        ("node4", "3", 1),
+    ]
+    tail = failure_tail(output, failures[0])
+    assert tail.endswith("srun: error: node3: task 2: Exited with exit code 1")
+    assert "  host      : node3" in tail and "  rank      : 2 (local_rank: 0)" in tail
+
+
+def test_a_tasks_words_written_after_sruns_report_stay_in_the_tail() -> None:
+    """srun forwards a task's output apart from its own messages: the task's last line can land after."""
+    output = (
+        "hpckit: job 9 (run) on node1, 1 node(s)\nsrun: error: node1: task 0: Exited with exit code 7\nlast-words\n"
+    )
+    assert failure_tail(output, task_failures(output)[0]).endswith("last-words")

@@ -9,20 +9,23 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from hpckit.errors import InputError
-from hpckit.jobs.library import Library
+from hpckit.jobs.library import Library, read_site_defaults
 from hpckit.jobs.params import ParamSpec, Words, bind, parse_sets
 from hpckit.jobs.render import Raw, TemplateError, finalize, raw
+from hpckit.slurm.directives import read_directives
+from tests.hostile import CORPUS, REFUSED, TEXT_TYPES, as_value, render_hostile
 from tests.jobutil import cli_with_jobs
 
 TEMPLATES = ["bench-torch", "nccl-tests", "nemo", "run", "torchrun"]
-FREE_TEXT = {"str", "path", "args"}
 
 
 @pytest.fixture(scope="module")
@@ -230,16 +233,6 @@ def test_template_file_path_and_site_path(tmp_path: Path, monkeypatch: pytest.Mo
 
 # --- hostile values, executed -------------------------------------------------------------------------------
 
-PAYLOADS = [
-    "$(touch {m})",
-    "`touch {m}`",
-    "; touch {m}",
-    "x' ; touch {m} ; '",
-    'x" ; touch {m} ; "',
-    "| touch {m}",
-    "&& touch {m} #",
-    "$(touch {m})'\"`touch {m}`",
-]
 STUBS = {
     # srun: drop its own options, then run the command as a task would (with a task rank).
     "srun": 'while [ $# -gt 0 ] && [ "${1#-}" != "$1" ]; do shift; done\nSLURM_PROCID=0 exec "$@"\n',
@@ -258,19 +251,6 @@ def _stub_bin(tmp: Path) -> Path:
     return bin_dir
 
 
-def _hostile_values(library: Library, name: str, payload: str) -> dict[str, str]:
-    """The payload in every free-text parameter that Slurm itself would not refuse before running.
-
-    An `args` parameter gets it quoted, so that it splits back into the payload as one word.
-    """
-    template = library.get(name)
-    values = {}
-    for key, param in template.params.items():
-        if param.type in FREE_TEXT and not param.pattern and key not in {"python", "log_dir"}:
-            values[key] = shlex.quote(payload) if param.type == "args" else payload
-    return values
-
-
 def _run(script: str, tmp: Path, bin_dir: Path) -> subprocess.CompletedProcess[str]:
     path = tmp / "job.sh"
     path.write_text(script)
@@ -287,30 +267,75 @@ def _run(script: str, tmp: Path, bin_dir: Path) -> subprocess.CompletedProcess[s
     return subprocess.run(["bash", str(path)], cwd=tmp, env=env, capture_output=True, text=True, timeout=20)
 
 
-@pytest.mark.parametrize("payload", PAYLOADS)
+@pytest.mark.parametrize("payload", CORPUS)
 @pytest.mark.parametrize("name", TEMPLATES)
 def test_hostile_values_never_execute(library: Library, name: str, payload: str, tmp_path: Path) -> None:
-    marker = tmp_path / "INJECTED"
-    hostile = payload.format(m=marker)
-    values = _hostile_values(library, name, hostile)
-    values["log_dir"] = str(tmp_path / "logs")
-    if "python" in values or name in ("torchrun", "nemo"):
-        values["python"] = "python3"
-    if name == "nemo":
-        values["container"] = ""  # the stub srun knows no pyxis options
-    done = _run(library.get(name).render(values).script, tmp_path, _stub_bin(tmp_path))
-    assert not marker.exists(), f"{name}: {payload!r} executed\n{done.stdout}\n{done.stderr}"
+    """Every text parameter holds the payload (a relative marker: the script runs in tmp_path); the
+    script runs under bash with stand-ins for srun and python; nothing the payload says ever runs, and
+    sbatch would read exactly the options the template wrote."""
+    fixed = {"log_dir": str(tmp_path / "logs"), "python": "python3", "container": ""}
+    template = library.get(name)
+    fixed = {k: v for k, v in fixed.items() if k in template.params}
+    rendered, values, refused = render_hostile(template, payload, fixed, lambda _: "INJECTED")
+    assert set(refused) <= {"job_name", "log_dir", "program", "script", "bin_dir", "exp_dir", "command"}, refused
+    (component,) = read_directives(rendered.script)
+    if "job_name" in values:
+        assert f"--job-name={values['job_name']}" in component
+    names = [arg.split("=", 1)[0] for arg in component]
+    assert all(n.startswith("--") for n in names) and len(names) == len(set(names)), component
+    assert not {"--account", "--qos", "--uid", "--wrap"} & set(names), component
+    if "sbatch_options" in values:
+        assert f"--comment={payload.format(m='INJECTED')}" in component
+    done = _run(rendered.script, tmp_path, _stub_bin(tmp_path))
+    assert not (tmp_path / "INJECTED").exists(), f"{name}: {payload!r} executed\n{done.stdout}\n{done.stderr}"
     if name in ("torchrun", "nemo"):
         # The script/args values arrived at the program as literal words, untouched.
         argv = (tmp_path / "argv.log").read_text().splitlines()
-        assert hostile in argv, argv
+        assert payload.format(m="INJECTED") in argv, argv
 
 
-def test_hostile_job_name_survives_sbatch_header_parsing(library: Library) -> None:
-    """sbatch reads `#SBATCH` arguments with shell-like quoting; shlex models it."""
-    name = "x' ; touch /tmp/m ; 'y \"z\" $(id)"
-    line = next(ln for ln in library.get("run").render({"job_name": name}).script.splitlines() if "job-name" in ln)
-    assert shlex.split(line) == ["#SBATCH", f"--job-name={name}"]
+@pytest.mark.parametrize("text", REFUSED)
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_unwritable_text_is_refused_naming_the_parameter(library: Library, name: str, text: str) -> None:
+    template = library.get(name)
+    for param, spec in template.params.items():
+        if spec.type in TEXT_TYPES and not spec.pattern:
+            with pytest.raises(InputError, match=f"parameter {param}: .*(contains|single-line|not UTF-8)") as caught:
+                template.render({param: as_value(spec.type, text)})
+            assert "\n" not in str(caught.value)
+
+
+def test_a_shell_quoted_job_name_would_add_options_sbatch_reads() -> None:
+    """The hole this closes: sbatch reads a backslash as an escape inside single quotes, so a job name
+    quoted for a shell carries options of its own past the quoting."""
+    name = "x\\'\"'\" --account=evil --uid=0 \\'"
+    (shell_quoted,) = read_directives(f"#!/bin/bash\n#SBATCH --job-name={shlex.quote(name)}\n")
+    assert "--account=evil" in shell_quoted and "--uid=0" in shell_quoted
+    line = Library().get("run").render({"job_name": name}).script.splitlines()[1]
+    assert read_directives(line) == [[f"--job-name={name}"]]
+
+
+def test_program_and_path_values_may_not_start_with_a_dash(library: Library) -> None:
+    for name, param, value in [
+        ("torchrun", "python", "--version"),
+        ("torchrun", "script", "-c"),
+        ("nemo", "script", "-m"),
+        ("nccl-tests", "bin_dir", "-x"),
+        ("bench-torch", "program", "--help"),
+        ("run", "command", "--uid=0 hostname"),
+    ]:
+        with pytest.raises(InputError, match=f"parameter {param}: .*starts with '-'"):
+            library.get(name).render({param: value})
+    assert "srun ./-x" in library.get("run").render({"command": "./-x"}).script
+
+
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_env_on_every_template_takes_key_value_settings_only(library: Library, name: str) -> None:
+    script = library.get(name).render({"env": "NCCL_ALGO=Ring 'NCCL_DEBUG_SUBSYS=INIT,NET' X="}).script
+    assert "export NCCL_ALGO=Ring\nexport NCCL_DEBUG_SUBSYS=INIT,NET\nexport X=\n" in script
+    for bad in ("-p", "-f=x", "1X=2", "NOEQUALS", "A-B=1", "=x"):
+        with pytest.raises(InputError, match=r"parameter env: .*is not a KEY=VALUE setting"):
+            library.get(name).render({"env": bad})
 
 
 # --- the commands ------------------------------------------------------------------------------------------
@@ -336,3 +361,87 @@ def test_cli_render_list_show(tmp_path: Path) -> None:
     rendered = runner.invoke(cli_with_jobs(), ["render", "run", "-s", "command=echo hi", "-o", str(out)])
     assert rendered.exit_code == 0 and "srun echo hi\n" in out.read_text()
     assert os.access(out, os.X_OK)
+
+
+def test_site_defaults_apply_to_every_template_declaring_the_parameter(tmp_path: Path) -> None:
+    library = Library(site_defaults={"python": "/opt/torch/bin/python", "omp_threads": 4, "not_a_param": 1})
+    assert "/opt/torch/bin/python -m torch.distributed.run" in library.get("torchrun").render({}).script
+    assert "export OMP_NUM_THREADS=4" in library.get("run").render({}).script
+    assert "python3 -m" in Library().get("torchrun").render({}).script
+    with pytest.raises(TemplateError, match=r"template-defaults\.yaml: parameter 'omp_threads'"):
+        Library(site_defaults={"omp_threads": "many"}).get("run")
+    assert read_site_defaults("python: /x/python\n") == {"python": "/x/python"} and read_site_defaults(None) == {}
+    with pytest.raises(TemplateError, match="expected a mapping"):
+        read_site_defaults("- a\n")
+
+
+def test_with_a_cluster_the_login_nodes_site_defaults_are_read() -> None:
+    from hpckit.jobs.submit import library_for
+    from hpckit.slurm.jobs import CliBackend, Jobs
+    from tests.test_jobs import ScriptedTransport
+
+    transport = ScriptedTransport({"cat": [(0, "python: /shared/venv/bin/python\n", "")]})
+    library = library_for(Jobs(CliBackend(transport), transport))
+    assert transport.calls == [("cat", "--", "/etc/hpckit/template-defaults.yaml")]
+    assert "/shared/venv/bin/python -m" in library.get("torchrun").render({}).script
+    missing = ScriptedTransport({"cat": [(1, "", "cat: /etc/hpckit/template-defaults.yaml: No such file\n")]})
+    assert library_for(Jobs(CliBackend(missing), missing)).site_defaults == {}
+
+
+def test_the_lab_writes_a_python_with_torch_as_the_default() -> None:
+    """The hpckit_login role, shared mode (the lab): `python` is the deploying interpreter, which has torch."""
+    role = Path(__file__).resolve().parent.parent / "ansible" / "roles" / "hpckit_login"
+    assert "{'python': hpckit_python} if hpckit_install_mode == 'shared'" in (role / "vars" / "main.yml").read_text()
+    assert "template-defaults.yaml" in (role / "tasks" / "main.yml").read_text()
+
+
+@pytest.mark.parametrize("name", ["torchrun", "nemo"])
+def test_the_warning_signal_reaches_every_rank_then_the_job_requeues(
+    library: Library, name: str, tmp_path: Path
+) -> None:
+    """Slurm's warning (USR1 to the batch shell, --signal=B:USR1@N) becomes SIGTERM for the step's ranks
+    (a stand-in rank that saves on SIGTERM), and the script requeues its job once they have ended."""
+    bin_dir = _stub_bin(tmp_path)
+    rank = 'trap \'echo saved >> "$ARGV_LOG"; exit 0\' TERM\necho $$ > "$ARGV_LOG.pid"\n'
+    rank += 'echo started >> "$ARGV_LOG"\nwhile :; do sleep 0.05; done\n'
+    for program in ("python", "python3"):
+        (bin_dir / program).write_text("#!/bin/bash\n" + rank)
+    (bin_dir / "scontrol").write_text('#!/bin/bash\necho "scontrol $*" >> "$ARGV_LOG"\necho node1\n')
+    # scancel --signal=TERM JOB signals the job's steps (here: the one rank), not the batch script
+    scancel = 'echo "scancel $*" >> "$ARGV_LOG"\nkill -TERM "$(cat "$ARGV_LOG.pid")"\n'
+    (bin_dir / "scancel").write_text("#!/bin/bash\n" + scancel)
+    (bin_dir / "scancel").chmod(0o755)
+    values = {"log_dir": str(tmp_path / "logs"), "container": "", "signal_before_end": "90"}
+    script = library.get(name).render(values).script
+    assert "#SBATCH --signal=B:USR1@90" in script and "#SBATCH --requeue" in script
+    (tmp_path / "job.sh").write_text(script)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "ARGV_LOG": str(tmp_path / "argv.log"), "SLURM_JOB_ID": "4242",
+           "SLURM_JOB_NAME": "t", "SLURM_JOB_NODELIST": "node1", "SLURM_NNODES": "1", "HOME": str(tmp_path),
+           "SLURM_SUBMIT_DIR": str(tmp_path)}  # fmt: skip
+    job = subprocess.Popen(["bash", str(tmp_path / "job.sh")], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "argv.log"
+    for _ in range(200):
+        if log.exists() and "started" in log.read_text():
+            break
+        time.sleep(0.05)
+    job.send_signal(signal.SIGUSR1)
+    _, stderr = job.communicate(timeout=20)
+    assert job.returncode == 0, stderr
+    lines = log.read_text().splitlines()
+    assert lines[-3:] == ["scancel --signal=TERM 4242", "saved", "scontrol requeue 4242"], (lines, stderr)
+    assert "SIGTERM to every rank" in stderr and "requeueing job 4242" in stderr
+
+
+def test_sbatch_lines_with_values_must_be_written_by_sbatch(tmp_path: Path) -> None:
+    header = "{#- hpckit\nparams:\n  x: {type: str, default: a, help: h}\n-#}\n#!/bin/bash\n"
+    literal = _broken(tmp_path, header + '#SBATCH --exclusive\n{{ sbatch("comment", p.x) }}\necho {{ p.x }}\n')
+    assert literal.get("t").render({"x": "it's"}).script.splitlines()[1:3] == [
+        "#SBATCH --exclusive",
+        '#SBATCH --comment="it\'s"',
+    ]
+    by_hand = _broken(tmp_path, header + "#SBATCH --comment={{ p.x }}\necho hi\n")
+    with pytest.raises(TemplateError, match=r"an #SBATCH line with a value in it: write it with \{\{ sbatch"):
+        by_hand.get("t").render({})
+    twice = _broken(tmp_path, header + '{{ sbatch("comment", p.x) }}\n{{ sbatch("comment", "b") }}\necho {{ p.x }}\n')
+    with pytest.raises(InputError, match="--comment is set twice: by parameter x and by the template itself"):
+        twice.get("t").render({})

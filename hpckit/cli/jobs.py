@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -9,13 +10,15 @@ from typing import TYPE_CHECKING
 
 import click
 
-from hpckit.jobs.library import Library, Template
+from hpckit.jobs.library import Library, Template, local_site_defaults
 from hpckit.jobs.params import parse_sets
-from hpckit.jobs.submit import Submitted, check_accepted, render, submit, transport_for
-from hpckit.slurm.jobs import JobOutcome, Jobs, describe_failure
+from hpckit.jobs.submit import Submitted, check_accepted, library_for, render, submit, transport_for
+from hpckit.slurm.jobs import CliBackend, JobOutcome, Jobs, cancel_jobs, describe_failure, failure_status, failure_tail
 
 if TYPE_CHECKING:
     from rich.table import Table
+
+    from hpckit.slurm.transport import Transport
 
 template_arg = click.argument("template")
 set_option = click.option(
@@ -38,7 +41,7 @@ def templates_list() -> None:
     from rich.table import Table
 
     table = Table("template", "description", box=None, header_style="bold")
-    for template in Library():
+    for template in Library(site_defaults=local_site_defaults()):
         table.add_row(template.name, template.description)
     Console().print(table)
 
@@ -48,7 +51,7 @@ def templates_list() -> None:
 @click.option("--source", is_flag=True, help="print the template file instead of its parameters")
 def templates_show(template: str, source: bool) -> None:
     """A template's parameters: name, type, default, help."""
-    found = Library().get(template)
+    found = Library(site_defaults=local_site_defaults()).get(template)
     if source:
         click.echo(found.path.read_text(), nl=False)
         return
@@ -71,14 +74,20 @@ def _params_table(template: Template) -> Table:
 @template_arg
 @set_option
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), help="write the script here")
-def render_cmd(template: str, sets: tuple[str, ...], output: Path | None) -> None:
-    """Print (or write) the batch script TEMPLATE makes with these parameters."""
-    rendered = render(template, parse_sets(sets))
+@cluster_option
+def render_cmd(template: str, sets: tuple[str, ...], output: Path | None, cluster: str | None) -> None:
+    """Print (or write) the batch script TEMPLATE makes with these parameters (and the site's defaults)."""
+    library = library_for(Jobs(CliBackend(transport), transport)) if (transport := _maybe(cluster)) else None
+    rendered = render(template, parse_sets(sets), library)
     if output is None:
         click.echo(rendered.script, nl=False)
     else:
         output.write_text(rendered.script)
         output.chmod(0o755)
+
+
+def _maybe(cluster: str | None) -> Transport | None:
+    return transport_for(cluster) if cluster else None
 
 
 @click.command("submit")
@@ -90,7 +99,14 @@ def render_cmd(template: str, sets: tuple[str, ...], output: Path | None) -> Non
 @click.option(
     "--test-only", "test_only_", is_flag=True, help="ask Slurm whether it would accept the job, submitting nothing"
 )
-@click.option("--backend", type=click.Choice(["auto", "cli", "pyslurm"]), default="auto", show_default=True)
+@click.option("--hold", is_flag=True, help="submit the job held: it starts once released (scontrol release ID)")
+@click.option(
+    "--backend",
+    type=click.Choice(["auto", "cli", "pyslurm"]),
+    default="auto",
+    show_default=True,
+    help="how job states are read while waiting (sbatch submits either way); auto: pyslurm where it matches Slurm",
+)
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
 def submit_cmd(
     template: str,
@@ -99,18 +115,21 @@ def submit_cmd(
     wait: bool,
     timeout: float | None,
     test_only_: bool,
+    hold: bool,
     backend: str,
     as_json: bool,
 ) -> None:
     """Render TEMPLATE and submit it with sbatch."""
-    rendered = render(template, parse_sets(sets))
     jobs = Jobs.on(transport_for(cluster), backend)
+    rendered = render(template, parse_sets(sets), library_for(jobs))
+    if wait and (hold or rendered.values.get("array")):
+        raise click.UsageError("--wait follows one job that runs: not a held job, nor a job array")
     if test_only_:
         estimate = check_accepted(rendered, jobs)
         text = f"Slurm accepts it: would start at {estimate.start} on {estimate.nodes or '?'}"
         click.echo(json.dumps(estimate.__dict__) if as_json else text)
         return
-    done = submit(rendered, jobs, wait=wait, timeout=timeout, check=False)
+    done = submit(rendered, jobs, wait=wait, timeout=timeout, check=False, hold=hold)
     if done.outcome is None:
         click.echo(json.dumps({"job_id": done.job_id, "template": rendered.template}) if as_json else done.job_id)
         return
@@ -126,14 +145,20 @@ def _report(done: Submitted, outcome: JobOutcome, as_json: bool) -> None:
         state = f"job {done.job_id} {record.state} (exit code {record.exit_code}) in {outcome.seconds:.1f} s"
         click.echo(state, err=True)
     if not record.ok:
-        # The output is already printed in full above (or in the JSON): name the log, do not repeat it.
-        failure = describe_failure(record, None, "")
+        # The output is printed in full above (or is in the JSON): name the log, and with a first failed
+        # task show the lines up to it, which the other ranks' dying words have pushed up the log.
+        first = outcome.first_failure
+        failure = describe_failure(record, None, "", first)
         click.echo(f"hpckit: error: {failure}; output: {outcome.output_path or 'unknown'}", err=True)
-        sys.exit(record.status)
+        if first is not None and not as_json:
+            tail = failure_tail(outcome.output or "", first)
+            click.echo(f"hpckit: the output at that failure:\n{tail}", err=True)
+        sys.exit(failure_status(record, first))
 
 
 def _outcome_json(done: Submitted, outcome: JobOutcome) -> dict[str, object]:
     record = outcome.record
+    first = outcome.first_failure
     return {
         "job_id": done.job_id,
         "template": done.rendered.template,
@@ -142,6 +167,7 @@ def _outcome_json(done: Submitted, outcome: JobOutcome) -> dict[str, object]:
         "signal": record.signal,
         "status": record.status,
         "nodes": list(record.nodes),
+        "first_failure": None if first is None else dataclasses.asdict(first),
         "output_path": outcome.output_path,
         "output": outcome.output,
         "seconds": round(outcome.seconds, 3),
@@ -149,13 +175,21 @@ def _outcome_json(done: Submitted, outcome: JobOutcome) -> dict[str, object]:
 
 
 @click.command("cancel")
-@click.argument("job_ids", nargs=-1, required=True)
+@click.argument("job_ids", nargs=-1)
+@click.option("--name", "-n", help="cancel every live job with this name (your own, unless --user is given)")
+@click.option("--user", "-u", help="cancel every live job of this user (with --name: only those with that name)")
 @cluster_option
-def cancel_cmd(job_ids: tuple[str, ...], cluster: str | None) -> None:
-    """Cancel jobs."""
-    jobs = Jobs.on(transport_for(cluster), "cli")
-    for job_id in job_ids:
-        jobs.cancel(job_id)
+def cancel_cmd(job_ids: tuple[str, ...], name: str | None, user: str | None, cluster: str | None) -> None:
+    """Cancel jobs by id, by name or by user; says what it cancelled, exits 1 when any was not found."""
+    if not (job_ids or name or user):
+        raise click.UsageError("name the jobs to cancel: JOB_ID..., --name NAME or --user USER")
+    done = cancel_jobs(CliBackend(transport_for(cluster)), job_ids, name=name, user=user)
+    for job in done.cancelled:
+        click.echo(f"cancelled {job.describe()}")
+    for what, why in done.missed:
+        click.echo(f"hpckit: error: {what} {why}", err=True)
+    if done.missed or not done.cancelled:
+        sys.exit(1)
 
 
 COMMANDS = [templates_group, render_cmd, submit_cmd, cancel_cmd]

@@ -13,6 +13,10 @@ Each file declares its parameters once, in a Jinja comment at its very top:
 A template's parameters are its own plus those of every partial it includes (recursively). Loading
 checks the declarations against the template body: every `p.NAME` it uses is declared, every
 declared parameter is used, and every default is a valid value of its type.
+
+A site sets its own defaults for any template that declares the parameter in
+/etc/hpckit/template-defaults.yaml (`python: /opt/conda/bin/python`); with `--cluster`, the file on the
+cluster's login node is the one read. The lab writes the Python that has torch there.
 """
 
 from __future__ import annotations
@@ -33,11 +37,12 @@ from ruamel.yaml.error import YAMLError
 
 from hpckit.errors import InputError
 from hpckit.jobs.params import ParamSpec, ParamValue, bind, suggest
-from hpckit.jobs.render import Params, TemplateError, environment
+from hpckit.jobs.render import Directives, Params, TemplateError, environment
 from hpckit.paths import templates_dir
 
 SUFFIX = ".sbatch.j2"
 SITE_DIR = Path("/etc/hpckit/sbatch_templates")
+SITE_DEFAULTS = Path("/etc/hpckit/template-defaults.yaml")
 PATH_ENV = "HPCKIT_TEMPLATE_PATH"
 _HEADER = re.compile(r"\A\{#-?[ \t]*hpckit[ \t]*\n(?P<body>.*?)^-?#\}", re.S | re.M)
 
@@ -66,18 +71,23 @@ class Template:
     description: str
     params: dict[str, ParamSpec]
     library: Library
+    # The #SBATCH lines written out in the template's and its partials' source, with no value in them.
+    literal_directives: frozenset[str] = frozenset()
 
     def bind(self, given: Mapping[str, object]) -> dict[str, ParamValue]:
         return bind(self.name, self.params, given)
 
     def render(self, given: Mapping[str, object]) -> Rendered:
         values = self.bind(given)
+        directives = Directives()
         try:
-            script = self.library.env.get_template(self.path.name).render(p=Params(values), template=self.name)
+            template = self.library.env.get_template(self.path.name)
+            script = template.render(p=Params(values), template=self.name, sbatch=directives)
         except jinja2.UndefinedError as exc:
             raise TemplateError(f"{self.path}: {exc.message}") from None
         if not script.startswith("#!"):
             raise TemplateError(f"{self.path}: the rendered script does not start with #!")
+        directives.check(script, str(self.path), self.literal_directives)
         mkdirs = tuple(str(values[n]) for n, spec in self.params.items() if spec.mkdir and values[n])
         return Rendered(self.name, script, values, mkdirs)
 
@@ -92,11 +102,12 @@ def search_path() -> list[Path]:
 
 
 class Library:
-    """The templates on a search path."""
+    """The templates on a search path, with a site's defaults (parameter -> value) over their own."""
 
-    def __init__(self, dirs: list[Path] | None = None) -> None:
+    def __init__(self, dirs: list[Path] | None = None, site_defaults: Mapping[str, Any] | None = None) -> None:
         self.dirs = dirs if dirs is not None else search_path()
         self.env = environment(self.dirs)
+        self.site_defaults = dict(site_defaults or {})
         self._loaded: dict[str, Template] = {}
 
     @cached_property
@@ -132,16 +143,20 @@ class Library:
         params = {key: _spec(path, key, decl) for key, decl in header.params.items()}
         template_ast = self._parse(path)
         used = _param_refs(template_ast)
+        literal = _literal_directives(path)
         for partial in self._partials(template_ast, set()):
             partial_path = self._locate(partial)
+            literal |= _literal_directives(partial_path)
             for key, decl in read_header(partial_path).params.items():
                 if key in params:
                     raise TemplateError(f"{path}: parameter {key!r} is also declared in {partial_path}")
                 params[key] = _spec(partial_path, key, decl)
             used |= _param_refs(self._parse(partial_path))
         params = _with_defaults(path, params, header.defaults)
+        site = {key: value for key, value in self.site_defaults.items() if key in params}
+        params = _with_defaults(SITE_DEFAULTS, params, site)
         _check_usage(path, params, used)
-        return Template(name, path, header.description, params, self)
+        return Template(name, path, header.description, params, self, frozenset(literal))
 
     def _locate(self, filename: str) -> Path:
         for directory in self.dirs:
@@ -164,6 +179,25 @@ class Library:
             seen.add(name)
             yield name
             yield from self._partials(self._parse(self._locate(name)), seen)
+
+
+def read_site_defaults(text: str | None, where: str = str(SITE_DEFAULTS)) -> dict[str, Any]:
+    """A site's template defaults (a YAML mapping of parameter names to values); {} when there is no file."""
+    if not text:
+        return {}
+    try:
+        data = YAML(typ="safe", pure=True).load(text)
+    except YAMLError as exc:
+        raise TemplateError(f"{where}: not YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
+        raise TemplateError(f"{where}: expected a mapping of parameter names to default values")
+    return data
+
+
+def local_site_defaults() -> dict[str, Any]:
+    return read_site_defaults(SITE_DEFAULTS.read_text() if SITE_DEFAULTS.is_file() else None)
 
 
 def _from_file(path: Path) -> Template:
@@ -199,6 +233,15 @@ def _with_defaults(path: Path, params: dict[str, ParamSpec], defaults: dict[str,
             raise TemplateError(f"{path}: `defaults` names {key!r}, which no included partial declares")
         params[key] = _spec(path, key, {**params[key].model_dump(exclude={"name"}), "default": value})
     return params
+
+
+def _literal_directives(path: Path) -> set[str]:
+    """Source lines that start an #SBATCH (or #SLURM) directive and hold no Jinja: they print as they are."""
+    return {
+        line
+        for line in path.read_text().split("\n")
+        if line.startswith(("#SBATCH", "#SLURM")) and not re.search(r"\{\{|\{%|\{#", line)
+    }
 
 
 def _param_refs(template_ast: nodes.Template) -> set[str]:

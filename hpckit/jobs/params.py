@@ -1,8 +1,11 @@
 """Typed template parameters: what each one accepts, and turning `--set` text into a checked value.
 
 Every value that passes here is one the Jinja environment can put into a script safely: text values
-are shell-quoted when printed (see hpckit.jobs.render), and control characters are refused outright
-because an `#SBATCH` line ends at a newline whatever the quoting.
+are shell-quoted when printed (see hpckit.jobs.render) and written in sbatch's own quoting on
+`#SBATCH` lines (hpckit.slurm.directives). Control characters are refused outright, because an
+`#SBATCH` line ends at a newline whatever the quoting, and so are the Unicode line separators and
+bidirectional overrides that make a script read differently from what it runs. A value that names a
+program or a file may not start with `-`, where srun, torchrun or python would take it as an option.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import difflib
 import math
 import re
 import shlex
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from typing import Annotated, Any, Literal
 
@@ -18,12 +22,18 @@ import hostlist
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from hpckit.errors import InputError
+from hpckit.slurm.directives import DirectiveError, extra_option
 
-ParamType = Literal["str", "int", "float", "bool", "path", "hostlist", "duration", "choice", "args"]
+ParamType = Literal[
+    "str", "int", "float", "bool", "path", "hostlist", "duration", "choice", "args", "env", "sbatch_options"
+]
 ParamValue = str | int | float | bool | tuple[str, ...]
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# C0 and C1 controls, the Unicode line and paragraph separators (Python's splitlines breaks at them),
+# and the bidirectional marks and overrides ("Trojan Source": text displayed in another order than read).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 _CONTROL_NAMES = {"\n": "a newline", "\r": "a carriage return", "\t": "a tab", "\x00": "a NUL byte"}
+_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Slurm's time formats (sbatch(1) --time): M, M:S, H:M:S, D-H, D-H:M, D-H:M:S, or no limit.
 _DURATION = re.compile(r"(?:\d+(?::\d{1,2}){0,2}|\d+-\d{1,2}(?::\d{1,2}){0,2}|UNLIMITED|INFINITE)", re.I)
 _HOSTLIST_CHARS = re.compile(r"[A-Za-z0-9._\-\[\],]+")
@@ -56,6 +66,11 @@ class ParamSpec(BaseModel):
     # The submit step creates this directory first: Slurm does not, and a job whose --output directory
     # is missing fails without writing a line anywhere.
     mkdir: bool = False
+    # The value (an `args` value: its first word) is a program or a file: never an option.
+    program: bool = False
+    # Characters this parameter may not hold, and why (`/` in a job name that names the output file).
+    forbid: str = ""
+    forbid_why: str = ""
 
     @field_validator("pattern")
     @classmethod
@@ -72,7 +87,18 @@ class ParamSpec(BaseModel):
             self._check_range(value)
         if isinstance(value, str) and value and self.pattern and not re.fullmatch(self.pattern, value):
             raise self.error(raw, f"does not match {self.pattern}")
+        self._check_text(raw, value)
         return value
+
+    def _check_text(self, raw: object, value: ParamValue) -> None:
+        words = list(value) if isinstance(value, tuple) else [value] if isinstance(value, str) else []
+        for char in self.forbid:
+            if any(char in word for word in words):
+                raise self.error(raw, f"contains {char!r}" + (f" ({self.forbid_why})" if self.forbid_why else ""))
+        first = words[0] if words else ""
+        if (self.program or self.type == "path") and first.startswith("-"):
+            what = "a program or a file" if self.program else "a path"
+            raise self.error(raw, f"starts with '-': it names {what}, and would be read as an option (write ./{first})")
 
     def error(self, raw: object, why: str) -> InputError:
         # repr keeps the message on one line whatever the value holds (newlines show as \n).
@@ -100,8 +126,12 @@ def _text(spec: ParamSpec, raw: object) -> str:
     text = str(raw)
     bad = _CONTROL.search(text)
     if bad:
-        what = _CONTROL_NAMES.get(bad.group(), f"the control character {bad.group()!r}")
-        raise spec.error(text, f"contains {what}; parameters are single-line")
+        char = bad.group()
+        name = unicodedata.name(char, "")
+        if "\ud800" <= char <= "\udfff":  # how Python keeps a byte of a command line that is not UTF-8
+            raise spec.error(text.encode("utf-8", "surrogateescape").decode("utf-8", "replace"), "is not UTF-8 text")
+        what = _CONTROL_NAMES.get(char) or (f"U+{ord(char):04X} {name}" if name else f"the control character {char!r}")
+        raise spec.error(text, f"contains {what}; parameters are single-line plain text")
     return text
 
 
@@ -187,6 +217,28 @@ def _to_args(spec: ParamSpec, raw: object) -> Words:
         raise spec.error(text, f"cannot be split into words: {exc}") from None
 
 
+def _to_env(spec: ParamSpec, raw: object) -> Words:
+    """KEY=VALUE settings: every word one setting, the key a shell variable name."""
+    words = _to_args(spec, raw)
+    for word in words:
+        key, sep, _ = word.partition("=")
+        if not sep or not _ENV_KEY.fullmatch(key):
+            raise spec.error(word, "is not a KEY=VALUE setting (KEY: letters, digits and _, not starting with a digit)")
+    return words
+
+
+def _to_sbatch_options(spec: ParamSpec, raw: object) -> Words:
+    """Extra sbatch options (`--constraint=a100 --mail-type=END`): each one long option sbatch knows and
+    hpckit lets through, never one a template sets itself or one that changes who or what runs."""
+    words = _to_args(spec, raw)
+    for word in words:
+        try:
+            extra_option(word)
+        except DirectiveError as exc:
+            raise spec.error(word, str(exc)) from None
+    return words
+
+
 _CONVERTERS: dict[str, Callable[[ParamSpec, object], ParamValue]] = {
     "str": _to_str,
     "path": _to_path,
@@ -197,6 +249,8 @@ _CONVERTERS: dict[str, Callable[[ParamSpec, object], ParamValue]] = {
     "duration": _to_duration,
     "choice": _to_choice,
     "args": _to_args,
+    "env": _to_env,
+    "sbatch_options": _to_sbatch_options,
 }
 
 

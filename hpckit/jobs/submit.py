@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpckit.jobs.library import Library, Rendered
+from hpckit.jobs.library import SITE_DEFAULTS, Library, Rendered, local_site_defaults, read_site_defaults
 from hpckit.slurm.jobparse import TestOnlyEstimate
 from hpckit.slurm.jobs import JobOutcome, Jobs
 from hpckit.slurm.transport import LocalTransport, Transport
@@ -29,18 +29,33 @@ class Submitted:
 
 
 def render(template: str, values: Mapping[str, object], library: Library | None = None) -> Rendered:
-    return (library or Library()).get(template).render(values)
+    return (library or Library(site_defaults=local_site_defaults())).get(template).render(values)
+
+
+def library_for(jobs: Jobs | None) -> Library:
+    """The templates with the site's defaults: those of the cluster's login node when `jobs` reach one
+    over SSH, else this machine's."""
+    if jobs is None or isinstance(jobs.transport, LocalTransport):
+        return Library(site_defaults=local_site_defaults())
+    text = jobs.read_file(str(SITE_DEFAULTS))
+    return Library(site_defaults=read_site_defaults(text, f"{jobs.transport.where}:{SITE_DEFAULTS}"))
 
 
 def submit(
-    rendered: Rendered, jobs: Jobs, *, wait: bool = False, timeout: float | None = None, check: bool = True
+    rendered: Rendered,
+    jobs: Jobs,
+    *,
+    wait: bool = False,
+    timeout: float | None = None,
+    check: bool = True,
+    hold: bool = False,
 ) -> Submitted:
-    """Create the job's log directories, submit, and (with `wait`) follow it to the end.
+    """Create the job's log directories, submit (`hold`: held), and (with `wait`) follow it to the end.
 
     With `check`, a job that fails raises JobFailedError, carrying its exit status and the log's tail.
     """
     start = jobs.clock()
-    job_id = jobs.submit(rendered.script, rendered.mkdirs)
+    job_id = jobs.submit(rendered.script, rendered.mkdirs, hold=hold)
     outcome = jobs.follow(job_id, start, timeout, check=check) if wait else None
     return Submitted(rendered, job_id, outcome)
 

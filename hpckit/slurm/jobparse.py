@@ -256,3 +256,70 @@ def expand_output_path(pattern: str, fields: Mapping[str, str]) -> str:
 
 def _fill(value: str, width: str) -> str:
     return value.zfill(int(width)) if width and value.isdigit() else value
+
+
+@dataclass(frozen=True)
+class TaskFailure:
+    """One of srun's reports of tasks that ended badly (src/srun/launch.c: `NODES: task(s) IDS: WHAT`)."""
+
+    hosts: str  # as srun prints them: node3, node[1-2]
+    tasks: str  # 2, 0-3, 0,2
+    exit_code: int | None  # None when a signal or the OOM killer ended them
+    what: str  # "exit code 1", "Killed", "Out Of Memory" ...
+    line: int  # where in the output (0-based)
+
+    def describe(self) -> str:
+        plural = "s" if any(c in self.tasks for c in ",-") else ""
+        return f"task{plural} {self.tasks} on {self.hosts} ({self.what})"
+
+
+_TASK_FAILURE = re.compile(
+    r"^srun: error: (?P<hosts>\S+): tasks? (?P<tasks>[0-9][0-9,\-]*): "
+    r"(?:Exited with exit code (?P<code>\d+)|(?P<what>.+?))\s*$"
+)
+
+
+def task_failures(output: str) -> list[TaskFailure]:
+    """srun's lines about tasks that failed, in the order srun learnt of them: the first is where a
+    multi-node job broke (the others are often ranks killed after it, with higher exit codes)."""
+    failures = []
+    for lineno, line in enumerate(output.splitlines()):
+        match = _TASK_FAILURE.match(line)
+        if match:
+            code = match.group("code")
+            what = f"exit code {code}" if code is not None else match.group("what")
+            failures.append(
+                TaskFailure(match.group("hosts"), match.group("tasks"), int(code) if code else None, what, lineno)
+            )
+    return failures
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    """A job the controller still has queued or running, as squeue lists it."""
+
+    job_id: str  # 123, or 123_4 for an array task
+    user: str
+    state: str
+    name: str
+
+    def describe(self) -> str:
+        return f"job {self.job_id} ({self.name}, user {self.user}, {self.state})"
+
+
+# The name last: it is the one field that may hold the separator.
+SQUEUE_LIST_FORMAT = "%i|%u|%T|%j"
+
+
+def parse_queue_listing(stdout: str) -> list[QueuedJob]:
+    """`squeue -h -o '%i|%u|%T|%j'` rows."""
+    jobs = []
+    for lineno, line in enumerate(stdout.splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split("|", 3)
+        if len(parts) != 4:
+            raise SlurmParseError(f"squeue line {lineno}: expected ID|USER|STATE|NAME, got {line!r}")
+        job_id, user, state, name = parts
+        jobs.append(QueuedJob(job_id.strip(), user.strip(), base_state(state), name))
+    return jobs

@@ -13,20 +13,25 @@ nothing more to ask. Accounting (`sacct`) answers only for a job the controller 
 
 from __future__ import annotations
 
-import shlex
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 from hpckit.errors import HpckitError
+from hpckit.slurm.directives import DirectiveError, read_directives
 from hpckit.slurm.jobparse import (
     SACCT_FIELDS,
+    SQUEUE_LIST_FORMAT,
     TERMINAL_STATES,
     JobRecord,
+    QueuedJob,
+    TaskFailure,
     TestOnlyEstimate,
     expand_output_path,
     parse_delimited,
+    parse_queue_listing,
     parse_queue_state,
     parse_scontrol,
     parse_submit,
@@ -34,6 +39,7 @@ from hpckit.slurm.jobparse import (
     record_from_sacct,
     record_from_scontrol,
     slurm_error,
+    task_failures,
 )
 from hpckit.slurm.transport import CommandResult, LocalTransport, Transport, TransportError
 
@@ -65,29 +71,53 @@ class UnknownPartitionError(JobRejectedError):
 class JobFailedError(JobError):
     """A job ended in a state other than COMPLETED with exit code 0."""
 
-    def __init__(self, record: JobRecord, output_path: str | None, tail: str) -> None:
+    def __init__(self, record: JobRecord, output_path: str | None, tail: str, first: TaskFailure | None = None) -> None:
         self.record = record
         self.output_path = output_path
         self.tail = tail
-        self.exit_code = record.status
-        super().__init__(describe_failure(record, output_path, tail))
+        self.first_failure = first
+        self.exit_code = failure_status(record, first)
+        super().__init__(describe_failure(record, output_path, tail, first))
 
 
 class JobWaitTimeout(JobError):
     pass
 
 
-def describe_failure(record: JobRecord, output_path: str | None, tail: str) -> str:
+def failure_status(record: JobRecord, first: TaskFailure | None) -> int:
+    """The exit status that tells what went wrong: the first failed task's code when srun named one
+    (the job's own is often a rank killed after it: 143), else the job's."""
+    if first is not None and first.exit_code:
+        return first.exit_code
+    return record.status
+
+
+def describe_failure(record: JobRecord, output_path: str | None, tail: str, first: TaskFailure | None = None) -> str:
     where = record.batch_host or (record.nodes[0] if record.nodes else "no node")
     how = f"exit code {record.exit_code}" + (f", signal {record.signal}" if record.signal else "")
     text = f"job {record.job_id} {record.state} ({how}) on {where}"
     if record.reason:
         text += f": {record.reason}"
+    if first is not None:
+        text += f"; first to fail: {first.describe()}"
     if output_path and tail.strip():
-        text += f"\nlast lines of {output_path}:\n{tail.rstrip()}"
+        before = " at that failure" if first is not None else ""
+        text += f"\nlast lines of {output_path}{before}:\n{tail.rstrip()}"
     elif output_path:
         text += f"\n{output_path} is empty or unreadable"
     return text
+
+
+def failure_tail(output: str, first: TaskFailure | None, lines: int = 20) -> str:
+    """The output's last lines; with a first failure, the last lines before the other tasks' ends are
+    reported: srun's report of the failure and what the task printed, which may reach the file just
+    after srun's line (its output is forwarded apart from srun's own messages)."""
+    text = output.splitlines()
+    end = len(text)
+    if first is not None:
+        later = (i for i in range(first.line + 1, len(text)) if text[i].startswith(("srun: ", "slurmstepd")))
+        end = next(later, len(text))
+    return "\n".join(text[max(0, end - lines) : end])
 
 
 @dataclass(frozen=True)
@@ -132,20 +162,21 @@ class CliBackend:
     def _run(self, *argv: str, stdin: str | None = None, timeout: float = 30.0) -> CommandResult:
         return self.transport.run(argv, stdin=stdin, timeout=timeout)
 
-    def _sbatch(self, option: str, script: str, mkdirs: Sequence[str] = ()) -> CommandResult:
+    def _sbatch(self, options: str, script: str, mkdirs: Sequence[str] = ()) -> CommandResult:
         """sbatch reading the script from its stdin, after creating `mkdirs` in the same command (over SSH
-        each command is a round trip)."""
+        each command is a round trip). `options`: hpckit's own, blank-separated (--parsable --hold)."""
         if not mkdirs:
-            return self._run("sbatch", option, stdin=script)
-        done = self._run("sh", "-c", _MKDIR_SBATCH, "hpckit-submit", option, *mkdirs, stdin=script)
+            return self._run("sbatch", *options.split(), stdin=script)
+        done = self._run("sh", "-c", _MKDIR_SBATCH, "hpckit-submit", options, *mkdirs, stdin=script)
         if done.rc == _MKDIR_FAILED:
             raise JobError(f"cannot create {', '.join(mkdirs)} on {done.where}: {done.stderr.strip()}")
         return done
 
-    def submit(self, script: str, mkdirs: Sequence[str] = ()) -> str:
+    def submit(self, script: str, mkdirs: Sequence[str] = (), *, hold: bool = False) -> str:
         """Submit `script`, first creating the directories it writes into (Slurm does not, and a job whose
-        --output directory is missing fails without writing a line anywhere)."""
-        done = self._sbatch("--parsable", script, mkdirs)
+        --output directory is missing fails without writing a line anywhere). `hold`: submitted held,
+        to start only once released (`scontrol release ID`)."""
+        done = self._sbatch("--parsable --hold" if hold else "--parsable", script, mkdirs)
         if not done.ok:
             raise self._rejection(done, script)
         return parse_submit(done.stdout)
@@ -222,14 +253,34 @@ class CliBackend:
         if not done.ok:
             raise JobError(f"cannot cancel job {job_id}: {slurm_error(done.stderr) or done.describe()}")
 
+    def queued(self, job_id: str | None = None, *, name: str | None = None, user: str | None = None) -> list[QueuedJob]:
+        """The live jobs (pending, running, completing) matching all that is given; without a job id or a
+        user, the calling user's own (`--me`), so a name never reaches another user's jobs."""
+        argv = ["squeue", "-h", "-o", SQUEUE_LIST_FORMAT]
+        if job_id is not None:
+            argv += ["-j", job_id]
+        if name is not None:
+            argv += ["-n", name]
+        if user is not None:
+            argv += ["-u", user]
+        elif job_id is None:
+            argv.append("--me")
+        done = self._run(*argv)
+        if not done.ok:
+            if job_id is not None and "invalid job id" in done.stderr.lower():
+                return []
+            raise JobError(done.describe())
+        return parse_queue_listing(done.stdout)
+
     def partitions(self) -> list[str]:
         done = self._run("sinfo", "-h", "-o", "%R")
         return sorted({line.strip() for line in done.stdout.splitlines() if line.strip()}) if done.ok else []
 
 
-# sh, given OPTION DIR...: create the directories, then sbatch OPTION reads the script from stdin.
+# sh, given OPTIONS DIR...: create the directories, then sbatch OPTIONS reads the script from stdin.
+# OPTIONS are hpckit's own (--parsable --hold), split on blanks by the unquoted $o.
 _MKDIR_FAILED = 97
-_MKDIR_SBATCH = f'o=$1; shift; mkdir -p -- "$@" || exit {_MKDIR_FAILED}; exec sbatch "$o"'
+_MKDIR_SBATCH = f'o=$1; shift; mkdir -p -- "$@" || exit {_MKDIR_FAILED}; exec sbatch $o'
 
 # POSIX sh, run on the login node with JOB_ID LIMIT_S GRACE_MS: the same polling as Jobs.wait (50 ms apart,
 # growing by 0.1 s per second waited to 1 s) until the controller shows the job in a final state. Then it
@@ -281,18 +332,27 @@ def info_from_scontrol(stdout: str, job_id: str) -> JobInfo | None:
 
 
 def _requested_partition(script: str) -> str:
-    for line in script.splitlines():
-        words = shlex.split(line, comments=False) if line.startswith("#SBATCH") else []
-        for word in words[1:]:
-            if word.startswith(("--partition=", "-p")):
-                return repr(word.split("=", 1)[-1] if "=" in word else word[2:])
+    """The partition the script's #SBATCH lines ask for, read as sbatch reads them."""
+    try:
+        args = [arg for component in read_directives(script) for arg in component]
+    except DirectiveError:
+        return "the default partition"
+    for arg, following in zip(args, [*args[1:], ""], strict=True):
+        if arg.startswith("--partition="):
+            return repr(arg.split("=", 1)[1])
+        if arg in ("-p", "--partition"):
+            return repr(following)
+        if arg.startswith("-p"):
+            return repr(arg[2:])
     return "the default partition"
 
 
 def backend_for(transport: Transport, prefer: str = "auto") -> JobBackend:
     """pyslurm when asked for (or 'auto' and usable here), else the command line.
 
-    pyslurm talks to the local Slurm only, so a remote transport always gets the command line.
+    Either way sbatch submits (hpckit.slurm.pyslurm_backend reads through pyslurm only what it reads
+    exactly), so 'auto' is never less correct than the command line. pyslurm talks to the local Slurm
+    only, so a remote transport always gets the command line.
     """
     if prefer not in ("auto", "cli", "pyslurm"):
         raise JobError(f"unknown job backend {prefer!r} (auto, cli, pyslurm)")
@@ -315,6 +375,8 @@ class JobOutcome:
     output_path: str | None
     output: str | None
     seconds: float
+    # The first task srun reported failed (a multi-node job: where it broke), when the job failed.
+    first_failure: TaskFailure | None = None
 
 
 def poll_intervals(first: float = POLL_FIRST_S, cap: float = POLL_MAX_S, ramp: float = POLL_RAMP_S) -> Iterator[float]:
@@ -341,10 +403,17 @@ class Jobs:
     def on(cls, transport: Transport, prefer: str = "auto") -> Jobs:
         return cls(backend_for(transport, prefer), transport)
 
-    def submit(self, script: str, mkdirs: Sequence[str] = ()) -> str:
-        """Submit `script` after creating the directories it writes into (in sbatch's own command, for the CLI)."""
-        if isinstance(self.backend, CliBackend):
-            return self.backend.submit(script, mkdirs)
+    def submit(self, script: str, mkdirs: Sequence[str] = (), *, hold: bool = False) -> str:
+        """Submit `script` with sbatch after creating the directories it writes into (in sbatch's own command).
+
+        Every backend hpckit ships submits through sbatch (pyslurm's through its `cli`); a backend of
+        another kind gets the script alone.
+        """
+        cli = self.backend if isinstance(self.backend, CliBackend) else getattr(self.backend, "cli", None)
+        if isinstance(cli, CliBackend):
+            return cli.submit(script, mkdirs, hold=hold)
+        if hold:
+            raise JobError(f"the {self.backend.name} backend cannot submit a job held")
         ensure_dirs(self.transport, tuple(mkdirs))
         return self.backend.submit(script)
 
@@ -448,10 +517,10 @@ class Jobs:
         path = info.stdout_path if info is not None and info.stdout_path else None
         if output is None and path:
             output = self.read_file(path)
-        outcome = JobOutcome(record, path, output, self.clock() - start)
+        first = next(iter(task_failures(output or "")), None) if not record.ok else None
+        outcome = JobOutcome(record, path, output, self.clock() - start, first)
         if check and not record.ok:
-            tail = "\n".join((output or "").splitlines()[-TAIL_LINES:])
-            raise JobFailedError(record, path, tail)
+            raise JobFailedError(record, path, failure_tail(output or "", first, TAIL_LINES), first)
         return outcome
 
 
@@ -473,3 +542,44 @@ def ensure_dirs(transport: Transport, dirs: tuple[str, ...]) -> None:
     done = transport.run(["mkdir", "-p", "--", *dirs], timeout=30)
     if not done.ok:
         raise JobError(f"cannot create {', '.join(dirs)}: {done.describe()}")
+
+
+_JOB_ID = re.compile(r"\d+(_\d+)?")
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    cancelled: list[QueuedJob]
+    # (what was asked for, why nothing was cancelled for it)
+    missed: list[tuple[str, str]]
+
+
+def cancel_jobs(
+    backend: CliBackend, job_ids: Sequence[str] = (), *, name: str | None = None, user: str | None = None
+) -> Cancelled:
+    """Cancel the given jobs, or every live job with this name and/or user: each one listed first, so that
+    what was cancelled can be named, and an id Slurm does not know is reported (scancel 22.05 says nothing)."""
+    found: list[QueuedJob] = []
+    missed: list[tuple[str, str]] = []
+    for job_id in job_ids:
+        if not _JOB_ID.fullmatch(job_id):
+            missed.append((f"job {job_id}", "is not a job id (123, or 123_4 for an array task)"))
+            continue
+        listed = backend.queued(job_id, name=name, user=user)
+        if not listed:
+            missed.append((f"job {job_id}", "is not queued or running (an unknown id, or it has ended)"))
+        found += listed
+    if not job_ids:
+        found = backend.queued(name=name, user=user)
+        if not found:
+            asked = " and ".join(f"{k} {v!r}" for k, v in (("name", name), ("user", user)) if v is not None)
+            missed.append((f"jobs with {asked}", "none are queued or running"))
+    cancelled = []
+    for job in found:
+        try:
+            backend.cancel(job.job_id)
+        except JobError as exc:
+            missed.append((f"job {job.job_id}", str(exc)))
+        else:
+            cancelled.append(job)
+    return Cancelled(cancelled, missed)

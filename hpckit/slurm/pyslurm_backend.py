@@ -1,22 +1,41 @@
-"""The pyslurm job backend: Slurm's C API through pyslurm, for a machine that runs Slurm's clients itself.
+"""Job reads through pyslurm (Slurm's C API, about 1 ms a call against 3-7 ms for a command), every
+other job command through the command line.
 
-Used only when pyslurm imports and was built for the installed Slurm (pyslurm 23.2.x pairs with Slurm
-23.02.x): a pyslurm built against another release reads the wrong struct layouts. Written against the
-pyslurm >= 23.2 object API (JobSubmitDescription, Job, db.Job). Without pyslurm the tests that take
-the backend as a parameter skip it.
+Written against pyslurm 25.11's object API (Job.load, db.Job.load, Partitions.load). What pyslurm
+cannot do exactly is left to the command line:
+
+- submission: pyslurm 25.11 reads `#SBATCH` options only from a file, with a parser of its own that
+  misreads --partition, --gpus-per-node and quoted names and defaults to one task; sbatch is the one
+  reader of #SBATCH lines that is right by definition, so every submission goes through it;
+- exit codes of 128 and more: pyslurm takes 128 off them (130 reads 2, 137 reads 9; `_get_exit_code`
+  in pyslurm/utils/helpers.pyx), so a failed job's code is read from scontrol (or sacct) instead;
+- cancelling, and `--test-only`, which pyslurm has no call for.
+
+The values are made the command line's own: the node list is `allocated_nodes` (sorted, as scontrol
+prints it), a missing reason is empty (pyslurm says "None"), blanks in a reason become `_` (as scontrol
+prints them), and a job that has finished has no queue state (squeue lists only live jobs). Every
+pyslurm error becomes a JobError. pyslurm is used only when it imports and was built for the installed
+Slurm's release (pyslurm 25.11.x with Slurm 25.11.x): another build reads the wrong struct layouts.
 """
 
 from __future__ import annotations
 
 import importlib
 import re
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
-from hpckit.slurm.jobparse import JobRecord, TestOnlyEstimate, base_state, expand_nodes
-from hpckit.slurm.jobs import JobError, JobInfo, JobRejectedError
+import hostlist
+
+from hpckit.slurm.jobparse import TERMINAL_STATES, JobRecord, TestOnlyEstimate, base_state, expand_output_path
+from hpckit.slurm.jobs import CliBackend, JobError, JobInfo
 from hpckit.slurm.parsers import parse_version
-from hpckit.slurm.transport import Transport
+from hpckit.slurm.transport import Transport, TransportError
+
+# slurm_errno.h: ESLURM_INVALID_JOB_ID (the controller no longer knows the job).
+ESLURM_INVALID_JOB_ID = 2017
+_T = TypeVar("_T")
 
 
 def _pyslurm() -> Any:
@@ -29,14 +48,21 @@ def _major_minor(version: str) -> tuple[int, int] | None:
 
 
 def pyslurm_unusable(transport: Transport) -> str | None:
-    """Why pyslurm cannot be used here (not importable, or built for another Slurm), or None when it can."""
+    """Why pyslurm cannot be used here (no Slurm clients, not importable, built for another Slurm), or None.
+
+    Slurm's own clients are asked first: importing pyslurm initialises libslurm, which ends the process
+    (a `fatal`) on a machine without a Slurm configuration.
+    """
     try:
-        module = _pyslurm()
-    except ImportError as exc:
-        return f"pyslurm is not importable ({exc})"
-    done = transport.run(["sinfo", "--version"], timeout=10)
+        done = transport.run(["sinfo", "--version"], timeout=10)
+    except TransportError as exc:
+        return f"Slurm's commands do not run here ({exc})"
     if not done.ok:
         return f"cannot tell the installed Slurm's version: {done.describe()}"
+    try:
+        module = _pyslurm()
+    except Exception as exc:  # ImportError, or OSError from a libslurm that does not load
+        return f"pyslurm is not importable ({type(exc).__name__}: {exc})"
     slurm = _major_minor(parse_version(done.stdout))
     ours = _major_minor(str(getattr(module, "__version__", "")))
     if slurm is None or ours is None or slurm != ours:
@@ -44,76 +70,133 @@ def pyslurm_unusable(transport: Transport) -> str | None:
     return None
 
 
-def _rpc_error() -> type[Exception]:
-    error: type[Exception] = getattr(_pyslurm(), "RPCError", RuntimeError)
-    return error
+def _call(what: str, action: Callable[[], _T]) -> _T:
+    """Run a pyslurm call; any exception it raises (RPCError, ValueError, RuntimeError ...) is a JobError."""
+    try:
+        return action()
+    except Exception as exc:
+        raise JobError(f"pyslurm could not {what}: {type(exc).__name__}: {exc}") from None
+
+
+def _unknown_job(exc: Exception) -> bool:
+    """An RPCError saying the job is not (or no longer) there: Job.load's ESLURM_INVALID_JOB_ID, or
+    db.Job.load's "Job N does not exist" (pyslurm/db/job.pyx, Job.load)."""
+    return getattr(exc, "errno", None) == ESLURM_INVALID_JOB_ID or "does not exist" in str(exc)
 
 
 @dataclass
 class PyslurmBackend:
     transport: Transport
     name: str = "pyslurm"
+    cli: CliBackend = field(init=False)
 
-    def submit(self, script: str) -> str:
-        desc = _pyslurm().JobSubmitDescription(script=script)
-        desc.load_sbatch_options()
-        try:
-            return str(desc.submit())
-        except (_rpc_error(), ValueError) as exc:
-            raise JobRejectedError(f"Slurm rejected the job: {exc}") from None
+    def __post_init__(self) -> None:
+        self.cli = CliBackend(self.transport)
+
+    def submit(self, script: str, mkdirs: Sequence[str] = (), *, hold: bool = False) -> str:
+        return self.cli.submit(script, mkdirs, hold=hold)
 
     def test_only(self, script: str) -> TestOnlyEstimate:
-        raise JobError("the pyslurm backend cannot test a script (sbatch --test-only); use the cli backend")
-
-    def _load(self, job_id: str) -> Any:
-        try:
-            return _pyslurm().Job.load(int(job_id))
-        except _rpc_error():
-            return None
-
-    def queue_state(self, job_id: str) -> str | None:
-        job = self._load(job_id)
-        return base_state(str(job.state)) if job is not None else None
-
-    def accounting(self, job_id: str) -> JobRecord | None:
-        try:
-            job = _pyslurm().db.Job.load(int(job_id))
-        except (_rpc_error(), AttributeError):
-            return None
-        return _record(job_id, job, "sacct")
-
-    def info(self, job_id: str) -> JobInfo | None:
-        job = self._load(job_id)
-        if job is None:
-            return None
-        return JobInfo(
-            _record(job_id, job, "scontrol"),
-            str(getattr(job, "standard_output", "") or ""),
-            str(getattr(job, "standard_error", "") or ""),
-            str(getattr(job, "working_directory", "") or ""),
-        )
+        return self.cli.test_only(script)
 
     def cancel(self, job_id: str) -> None:
+        self.cli.cancel(job_id)
+
+    def _load(self, loader: Callable[[int], Any], job_id: str, what: str) -> Any:
         try:
-            _pyslurm().Job(int(job_id)).cancel()
-        except _rpc_error() as exc:
-            raise JobError(f"cannot cancel job {job_id}: {exc}") from None
+            return loader(int(job_id))
+        except Exception as exc:
+            if _unknown_job(exc):
+                return None
+            raise JobError(f"pyslurm could not {what} {job_id}: {type(exc).__name__}: {exc}") from None
+
+    def _job(self, job_id: str) -> Any:
+        return self._load(lambda n: _pyslurm().Job.load(n), job_id, "load job")
+
+    def queue_state(self, job_id: str) -> str | None:
+        job = self._job(job_id)
+        if job is None:
+            return None
+        state = base_state(_call("read a job state", lambda: str(job.state)))
+        return None if state in TERMINAL_STATES else state
+
+    def info(self, job_id: str) -> JobInfo | None:
+        job = self._job(job_id)
+        if job is None:
+            return None
+        info = _call("read a job", lambda: _info(job_id, job))
+        if not _exit_code_unknown(info.record):
+            return info
+        exact = self.cli.info(job_id)
+        record = exact.record if exact is not None else self.cli.accounting(job_id)
+        return replace(info, record=_with_exit(info.record, record)) if record is not None else info
+
+    def accounting(self, job_id: str) -> JobRecord | None:
+        job = self._load(lambda n: _pyslurm().db.Job.load(n), job_id, "read accounting for job")
+        if job is None:
+            return None
+        record = _call("read a job's accounting", lambda: _db_record(job_id, job))
+        if _exit_code_unknown(record):
+            return self.cli.accounting(job_id)
+        return record
 
     def partitions(self) -> list[str]:
-        return sorted(str(name) for name in _pyslurm().Partitions.load())
+        return sorted(_call("load the partitions", lambda: [str(name) for name in _pyslurm().Partitions.load()]))
 
 
-def _record(job_id: str, job: Any, source: str) -> JobRecord:
-    code = getattr(job, "exit_code", 0) or 0
-    signal = getattr(job, "exit_code_signal", 0) or 0
-    nodes = str(getattr(job, "nodes", "") or "")
-    return JobRecord(
-        job_id,
-        base_state(str(job.state)),
-        int(code),
-        int(signal),
-        expand_nodes(nodes),
-        source,
-        reason=str(getattr(job, "state_reason", "") or ""),
-        batch_host=str(getattr(job, "batch_host", "") or ""),
+def _exit_code_unknown(record: JobRecord) -> bool:
+    """pyslurm cannot tell exit 2 from 130 (nor 0 from 128): exact only for a job that completed (code 0),
+    one killed by a signal (code 0), or one still running."""
+    return record.finished and record.state != "COMPLETED" and record.signal == 0
+
+
+def _with_exit(pyslurm_record: JobRecord, exact: JobRecord) -> JobRecord:
+    return replace(pyslurm_record, exit_code=exact.exit_code, signal=exact.signal)
+
+
+def _text(value: Any) -> str:
+    """pyslurm's strings: None for an empty or NULL C string, sometimes the text "None" (no reason)."""
+    text = "" if value is None else str(value)
+    return "" if text in ("None", "(null)") else text
+
+
+def _nodes(value: Any) -> tuple[str, ...]:
+    # scontrol prints the allocation sorted (slurm_sort_node_list_str); pyslurm hands over the C string.
+    text = _text(value)
+    return tuple(hostlist.expand_hostlist(text, sort=True)) if text else ()
+
+
+def _reason(job: Any) -> str:
+    # scontrol replaces blanks in a free-text reason (state_desc) with '_' "for easier parsing".
+    return re.sub(r"\s", "_", _text(job.state_reason))
+
+
+def _record(job_id: str, job: Any, nodes: Any, source: str) -> JobRecord:
+    """A Job's (source scontrol) or a db.Job's (source sacct) state, exit code, signal and nodes."""
+    code, signal = int(job.exit_code or 0), int(job.exit_code_signal or 0)
+    return JobRecord(job_id, base_state(str(job.state)), code, signal, _nodes(nodes), source)
+
+
+def _info(job_id: str, job: Any) -> JobInfo:
+    record = replace(
+        _record(job_id, job, job.allocated_nodes, "scontrol"), reason=_reason(job), batch_host=_text(job.batch_host)
     )
+    fields = {
+        "JobId": job_id,
+        "JobName": _text(job.name),
+        "UserId": _text(job.user_name),
+        "NodeList": _text(job.allocated_nodes),
+        "BatchHost": record.batch_host,
+        "ArrayJobId": str(job.array_id or job_id),
+        "ArrayTaskId": "" if job.array_task_id is None else str(job.array_task_id),
+    }
+    return JobInfo(
+        record,
+        expand_output_path(_text(job.standard_output), fields),
+        expand_output_path(_text(job.standard_error), fields),
+        _text(job.working_directory),
+    )
+
+
+def _db_record(job_id: str, job: Any) -> JobRecord:
+    return _record(job_id, job, job.nodelist, "sacct")
