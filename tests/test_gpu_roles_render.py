@@ -17,7 +17,8 @@ from ansible.plugins.test.core import TestModule as CoreTests
 from jinja2.nativetypes import NativeEnvironment
 
 from hpckit.blueprint import Blueprint, load_blueprint
-from hpckit.deploy.inventory import SshAccess, build_extravars
+from hpckit.clusters import SshAccess
+from hpckit.deploy.inventory import build_extravars
 from hpckit.deploy.playvars import build_vars
 
 REPO = Path(__file__).resolve().parent.parent
