@@ -50,6 +50,13 @@ def deploy_cmd(
         click.echo((result.record.path / "summary.json").read_text())
     else:
         _print_summary(console, result)
+    if result.outcome.status == "canceled":
+        click.echo(
+            "deploy interrupted (Ctrl-C): Ansible stopped mid-run, so hosts may be part-way through a task; "
+            "run `hpckit deploy` again to converge them",
+            err=True,
+        )
+        sys.exit(130)  # 128 + SIGINT, as a shell reports a command Ctrl-C ended
     sys.exit(0 if result.ok else 1)
 
 
