@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # a real ansible-playbook run: ~20 s
+
 # The command of the slow task: a duration no other process on the box uses, so it can be found (and only it).
 SLOW = "317.25"
 
