@@ -6,21 +6,32 @@ refreshes), parses them with hpckit.results, writes the parsed rows as CSV and t
 pandas.read_csv on that CSV.  Prints MB/s and rows/s for both and the ratios; appends a section to
 benchmarks/RESULTS.md unless --no-record.
 
-    /root/venv/bin/python benchmarks/bench_parse.py [--size-mb 100] [--repeat 5] [--no-record]
+    .venv/bin/python benchmarks/bench_parse.py [--size-mb 100] [--repeat 5] [--no-record]
+    .venv/bin/python benchmarks/bench_parse.py --memory [--memory-gb 1] [--no-record]
 
 Target: parser MB/s >= 0.5 x read_csv MB/s.
+
+--memory: 1 GB log files (nccl-tests short runs, long runs, NeMo 2), each parsed by parse_file in
+a fresh process: wall time and peak RSS (VmHWM) against the file's size, beside read_csv of
+the parsed rows as CSV in a fresh process (twice each, alternated: best time, highest peak);
+and a 2 GB sparse file, which must be refused at once.
+Target: peak RSS (VmHWM) <= 2x the file size.  With --before DIR (an older checkout's folder holding
+hpckit/) the same files are parsed by that code too.
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
 import platform
 import random
 import re
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -234,55 +245,168 @@ def record_results(rows: list[Row], size_mb: float, repeat: int) -> None:
     record("parse", body)
 
 
-NOTES = """How each parser reads its log (every fast path is checked against the line-by-line parser by
-tests/test_results_*.py, and falls back to it on anything it cannot read exactly):
-- nccl-tests: Arrow splits the log into lines and RE2 tests each line for a row; the other lines
-  are dictionary-encoded and each distinct one (a log repeats its `#` lines and noise) is tested
-  once for a `#` start, a device line and a header line; numpy cuts the runs of rows and of device
-  lines: the same blocks as the scan regex, which still reads text that is not ASCII; each
-  block's line count comes with it. Each distinct header line is read once (prefix, kind,
-  values and column schema in one cache), each distinct device block too. Binary names (`_perf`)
-  are searched in the lines that are not rows when rows are most of the log and none holds a
-  `_` (the whole text otherwise). The rows of all runs with one layout are read by Arrow kernels
-  a few MB at a time (split on ASCII blanks, every row must give the layout's count of tokens,
-  token j of every row taken through string views on the token edges, cast to int64/float64 as
-  int()/float() read them; a column holding `N/A` goes to the N/A read at once, as a cast that
-  fails part way costs more than the test; text dictionary-encoded into categoricals; numeric
-  blocks joined in Arrow's pool); pandas' C reader only when that fails, the exact reader for
-  rows with blanks neither cuts as str.split does. Layouts read apart go back to file order by
-  writing each column once; each metric column is written straight from every placement's
-  array (no stacked copy, no mask when every placement was printed, fillers only where a layout
-  lacks a column); the frame is built without a copy into blocks. (Handing the bulk reader the
-  rows as spans of Arrow's lines array instead of text, and a numpy tokenizer, were tried and
-  measured no faster: the time is in the token split and the casts.)
-- NeMo 2 / Megatron: step lines picked by the marker in RE2 on Arrow's lines, then tested for
-  `|` on the picked lines only. One CSV read per block of 32,768 lines cuts heads, labels and
-  values at once: a `|` is written after every `:`, which is exact when `:` counts one per label
-  and line and every label field is the first line's; the reader parses the floats itself.
-  Step-marker integers: when every head has one skeleton (digit runs aside) and the field regex
-  is a sequence of non-digit atoms and `\\d+` runs, its capture is the same run of every head,
-  read by numpy and Arrow's cast; otherwise by RE2 extraction.
-- NeMo 1: the log is split into redraw pieces by Arrow (newlines, then carriage returns); a piece
-  that the next repeats char for char is dropped; each piece is cut at its first `[` and the head
-  tested against TQDM's part before `\\[` in RE2 (spelt with Python's Unicode `\\d`/`\\s`), which
-  is then provably the match TQDM.search finds; pieces of another shape go through TQDM itself.
-  The `k=v` postfixes are read like NeMo 2's pieces (`,` written after every `=`, one CSV read).
-  The generated log draws each step twice; Lightning's own paired redraws differ (new n, then
-  new postfix), so a real log reads both.
-- The cyclic garbage collector is paused while a parser runs (many small objects, no cycles),
-  and numpy's huge pages are off (numpy madvises arrays of a few MB for them; with THP defrag on
-  "madvise" a fault there may stall on compaction: a 100 MB nccl-tests parse swung 0.7-1.4 s).
-- Page faults: on this VM, numpy's and Python's allocations of a few MB and more come back as
-  fresh pages on every call (glibc gives the heap's top back); Arrow's pool keeps its pages, so
-  the big temporaries are Arrow's, made a few MB at a time. numpy columns, the melt to one row
-  per placement and the frame still fault; for a 100 MB log that is a visible share (sys time).
-Where the time goes: nccl-tests short runs in the Python work per block and header line (~25,000
-a 20 MB log: each run's state, one at a time), the row test and the row reads;
-long runs in reading the rows (Arrow's whitespace split, casts) and the numpy columns of ~1.7
-million frame rows (100 MB); NeMo 2 in the line split and marker test, the CSV reads and the
-heads.
+NOTES = """How each parser reads its log: `parse_file` feeds it the file 16 MiB at a time (whole lines).
+Every family has its exact parser, the reference (`--exact`, HPCKIT_RESULTS_EXACT=1), and its fast
+paths, all behind one seam (hpckit/results/speed.py); a fast path declines anything it cannot read
+exactly, and the tests compare both modes on every sample, long logs and hypothesis mutants, and
+fail when a fast path stops running. The fast paths kept, each because this table needs it:
+- nccl-tests, `nccl-scan`: Arrow splits a chunk into lines and RE2 tests each for a row; the other
+  lines are dictionary-encoded and each distinct one tested once for a `#` start, a device line
+  and a header line (the triggers are built from the header rule table); numpy cuts the runs of
+  rows and of device lines: the blocks the scan regex finds, which still reads non-ASCII text.
+- nccl-tests, `nccl-rows`: the rows of all runs with one layout are cut and cast by Arrow kernels
+  (split on ASCII blanks, every row must give the layout's count of tokens, token j of every row
+  taken through string views, cast as int()/float() read them; `N/A` as NaN; text
+  dictionary-encoded into categoricals); a block it declines is read row by row. (pandas' C
+  reader, the second bulk reader before, was removed: Arrow reads what it read.)
+- NeMo 2 / Megatron, `pipe-steps`: step lines picked by the marker in RE2, then one Arrow CSV read
+  per block of 32,768 lines cuts heads, labels and values (a `|` written after every `:`, exact
+  when every line has the first line's count of `:` in each piece and its labels; a head or value
+  holding `:` is put back together); the step-marker integers are read from the heads' digit runs.
+  (Python's line picking and two other cuts of the pieces were removed.)
+- NeMo 1, `tqdm-steps`: redraw pieces split by Arrow, repeats dropped, each piece's head tested
+  against TQDM's part before `[` in RE2; the `k=v` postfixes read like NeMo 2's pieces.
+- The cyclic garbage collector is paused and numpy's huge pages are off while a parser runs
+  (many small objects, no cycles; a fault on a madvised huge page may stall on compaction).
+Where the time goes: nccl-tests short runs in the Python work per block and header line and the
+row test; long runs in reading the rows (Arrow's whitespace split, casts) and the numpy columns of
+~1.7 million frame rows per 100 MB; NeMo 2 in the line split and marker test and the CSV reads.
 Timings swing 2-3x on a shared machine; the back-to-back pairs are the fairer figure.
 """
+
+
+# ---------------------------------------------------------------- memory on 1 GB files
+
+# VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so a child would report the parent's peak
+CHILD = r"""
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+def rss(key="VmRSS:"):
+    for line in open("/proc/self/status"):
+        if line.startswith(key):
+            return int(line.split()[1]) * 1024
+import pandas as pd
+from hpckit.results import parse_file
+mode, path, kind = sys.argv[2:5]
+base = rss()
+start = time.perf_counter()
+try:
+    rows = len(parse_file(path, kind).frame) if mode == "parse" else len(pd.read_csv(path))
+    error = ""
+except Exception as exc:
+    rows, error = 0, str(exc)[:160]
+seconds = time.perf_counter() - start
+peak = rss("VmHWM:")
+print(json.dumps({"s": seconds, "base": base, "peak": peak, "rows": rows, "error": error}))
+"""
+
+
+def child(code_dir: Path, mode: str, path: Path, kind: str) -> dict[str, object]:
+    """One parse (or read_csv) in a fresh process: its time, RSS before and peak RSS."""
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(code_dir), mode, str(path), kind], capture_output=True, text=True, check=True
+    )
+    found: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
+    return found
+
+
+def write_log(path: Path, make: Callable[[int, random.Random], str], size: int, rng: random.Random) -> None:
+    """A log of ``size`` bytes: a 100 MB piece generated once and written again and again (the
+    NeMo 2 generator numbers its steps: it writes the whole size, so that steps never repeat)."""
+    with open(path, "w") as out:
+        if make is nemo2_log:
+            out.write(make(size, rng))
+            return
+        piece = make(min(size, 100_000_000), rng)
+        for _ in range(max(1, round(size / len(piece)))):
+            out.write(piece)
+
+
+def write_csv(log: Path, kind: str, csv: Path) -> None:
+    """The parsed rows as CSV (written by Arrow: pandas' writer would take minutes for 1 GB)."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    from hpckit.results import parse_file
+
+    frame = parse_file(log, kind).frame.drop(columns=["line"], errors="ignore")
+    for name in frame.columns:
+        if isinstance(frame[name].dtype, pd.CategoricalDtype) or frame[name].dtype == object:
+            frame[name] = frame[name].astype(str)
+    pacsv.write_csv(pa.Table.from_pandas(frame, preserve_index=False), csv)
+
+
+@dataclass
+class MemRow:
+    name: str
+    log_gb: float
+    parse: dict[str, object]
+    read_csv: dict[str, object]
+    csv_gb: float
+    before: dict[str, object] | None
+
+    def cells(self) -> list[str]:
+        p, r = self.parse, self.read_csv
+        ratio = (self.log_gb / float(p["s"])) / (self.csv_gb / float(r["s"]))  # type: ignore[arg-type]
+        cells = [self.name, f"{self.log_gb:.2f}", f"{p['rows']:,}", f"{float(p['s']):.1f}"]  # type: ignore[arg-type]
+        cells += [_times(p["peak"], self.log_gb), _times(int(p["peak"]) - int(p["base"]), self.log_gb)]  # type: ignore[call-overload]
+        cells += [f"{float(r['s']):.1f}", _times(r["peak"], self.csv_gb), f"{ratio:.2f}"]  # type: ignore[arg-type]
+        if self.before is not None:
+            b = self.before
+            cells += [f"{float(b['s']):.1f}", _times(b["peak"], self.log_gb)]  # type: ignore[arg-type]
+        return cells
+
+
+def _times(peak: object, gb: float) -> str:
+    return f"{int(peak) / 1e9:.2f} GB ({int(peak) / 1e9 / gb:.2f}x)"  # type: ignore[call-overload]
+
+
+def measure_memory(size: int, folder: Path, before: Path | None, rng: random.Random) -> list[MemRow]:
+    cases: list[tuple[str, str, Callable[[int, random.Random], str]]] = [
+        ("nccl-tests, short runs back to back", "nccl-tests", nccl_logs),
+        ("nccl-tests, long runs (-N cycles)", "nccl-tests", nccl_long_runs),
+        ("NeMo 2 step lines", "nemo2", nemo2_log),
+    ]
+    rows = []
+    for name, kind, make in cases:
+        log, csv = folder / f"{kind}.log", folder / f"{kind}.csv"
+        write_log(log, make, size, rng)
+        write_csv(log, kind, csv)
+        # two of each, alternated: the best time and the highest peak count
+        pairs = [(child(REPO, "parse", log, kind), child(REPO, "read_csv", csv, kind)) for _ in range(2)]
+        parse, read = _best([p for p, _ in pairs]), _best([r for _, r in pairs])
+        old = child(before, "parse", log, kind) if before is not None else None
+        rows.append(MemRow(name, log.stat().st_size / 1e9, parse, read, csv.stat().st_size / 1e9, old))
+        print(" | ".join(rows[-1].cells()), flush=True)
+        log.unlink()
+        csv.unlink()
+    return rows
+
+
+def _best(runs: list[dict[str, object]]) -> dict[str, object]:
+    """The fastest run's figures, with the highest peak of them all (a peak is not noise)."""
+    fastest = min(runs, key=lambda r: float(r["s"]))  # type: ignore[arg-type]
+    return dict(fastest, peak=max(int(r["peak"]) for r in runs))  # type: ignore[call-overload]
+
+
+def measure_sparse(folder: Path, before: Path | None) -> list[tuple[str, dict[str, object]]]:
+    sparse = folder / "sparse.log"
+    with open(sparse, "wb") as handle:
+        handle.truncate(2 << 30)
+    found = [("this code", child(REPO, "parse", sparse, "auto"))]
+    if before is not None:
+        found.append(("before", child(before, "parse", sparse, "auto")))
+    sparse.unlink()
+    return found
+
+
+def memory_table(rows: list[MemRow], before: bool) -> str:
+    head = "| log | GB | rows | parse s | peak RSS | peak - RSS before | read_csv s | read_csv peak RSS | MB/s ratio |"
+    rule = "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    if before:
+        head += " before: parse s | before: peak RSS |"
+        rule += "---:|---:|"
+    return "\n".join([head, rule, *("| " + " | ".join(r.cells()) + " |" for r in rows)])
 
 
 def main() -> None:
@@ -291,7 +415,13 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5, help="back-to-back pairs per log; best and median count")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--no-record", action="store_true", help="do not append to benchmarks/RESULTS.md")
+    ap.add_argument("--memory", action="store_true", help="peak memory and time on 1 GB files instead")
+    ap.add_argument("--memory-gb", type=float, default=1.0, help="log size for --memory (default 1)")
+    ap.add_argument("--before", type=Path, help="with --memory: a folder holding an older hpckit/ to compare")
     args = ap.parse_args()
+    if args.memory:
+        main_memory(args)
+        return
     size = int(args.size_mb * 1e6)
     rng = random.Random(args.seed)
     cases: list[tuple[str, str, Callable[[int, random.Random], str]]] = [
@@ -310,6 +440,44 @@ def main() -> None:
     if not args.no_record:
         record_results(rows, args.size_mb, args.repeat)
         print(f"\nappended to {RESULTS.relative_to(REPO)}")
+
+
+def main_memory(args: argparse.Namespace) -> None:
+    rng = random.Random(args.seed)
+    where = machine()
+    with tempfile.TemporaryDirectory(prefix="bench-parse-") as tmp:
+        rows = measure_memory(int(args.memory_gb * 1e9), Path(tmp), args.before, rng)
+        sparse = measure_sparse(Path(tmp), args.before)
+    end_load = os.getloadavg()[0]
+    lines = [
+        f"- 2 GiB sparse file, {who}: {float(r['s']):.2f} s, peak RSS {int(r['peak']) / 1e9:.2f} GB: "  # type: ignore[arg-type, call-overload]
+        f"{r['error'] or 'not refused'}"
+        for who, r in sparse
+    ]
+    body = (
+        "## Parse memory on 1 GB logs (`benchmarks/bench_parse.py --memory`)\n\n"
+        f"Machine: {where}; load average {end_load:.1f} at the end.\n"
+        "Each log file is parsed by `parse_file` in a fresh process (peak RSS = VmHWM, Python, pandas and "
+        "pyarrow included; 'peak - RSS before' leaves out what the imports hold), and its rows, written as "
+        "CSV, are read by `pandas.read_csv` in a fresh process; twice each, alternated (best time, highest "
+        f"peak).{BEFORE if args.before is not None else ''} Target: peak RSS <= 2x the file size, "
+        "MB/s ratio (parser MB/s on the log / read_csv MB/s on the CSV) >= 0.5.\n\n"
+        f"{memory_table(rows, args.before is not None)}\n\n" + "\n".join(lines) + "\n\n" + MEMORY_NOTES
+    )
+    print(body)
+    if not args.no_record:
+        record("parse-memory", body)
+
+
+BEFORE = " The 'before' columns: the code in --before (older hpckit), once."
+MEMORY_NOTES = """How: `parse_file` reads the file 16 MiB at a time, cut after a line end, and each parser takes
+a chunk at a time (nccl-tests: the scan state carries over, each chunk's rows become columns at
+once and its text is dropped; NeMo: each chunk's step lines become a frame); the frame is built
+once at the end, each column's pieces freed as soon as the column is made. What stays is about
+the frame itself: the long-runs log is the worst case, with 1.7 million frame rows per 100 MB
+(about 80 bytes a row). A file with NUL bytes in its first MiB is refused before any parsing, and
+a line longer than 64 MiB where it starts.
+"""
 
 
 if __name__ == "__main__":

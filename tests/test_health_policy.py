@@ -334,6 +334,15 @@ def test_node_drained_for_a_now_disabled_check_resumes_on_clean_runs() -> None:
     assert [o.decision("n1").action for o in outs] == [Action.KEEP, Action.RESUME]
 
 
+def test_a_node_drained_by_another_tool_is_held_through_clean_sweeps() -> None:
+    # `hpckit bench bisect --drain` writes hpckit:slow-fabric:bisect; no sweep runs `bisect`, so clean
+    # sweeps say nothing about the fabric and must not bring the node back.
+    slurm = fleet(node("n1", "drained", "hpckit:slow-fabric:bisect rail mlx5_3 12.0 GB/s"))
+    outs = run_many([[v("n1", "host.munge", Status.OK)]] * 4, slurm, PolicySettings(resume_after=2))
+    assert [o.decision("n1").action for o in outs] == [Action.KEEP] * 4
+    assert "bisect" in outs[-1].decision("n1").why
+
+
 def test_warn_counts_as_a_pass() -> None:
     slurm = fleet(node("n1", "drained", OURS))
     outs = run_many([[v("n1", "host.munge", Status.WARN)]] * 2, slurm, PolicySettings(resume_after=2))

@@ -31,6 +31,8 @@ EXPECTED_KIND = {
     "megatron": "megatron",
     "sacct-": "sacct",
     "handmade-sacct-json": "sacct-json",
+    "issue-nccl-tests": "nccl-tests",
+    "issue-cluster_utils-87-sacct": "sacct",
 }
 
 

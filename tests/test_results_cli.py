@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from click.testing import CliRunner
 
 from hpckit.cli.results import results
@@ -20,11 +21,20 @@ def run(*args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
-def test_table_and_figures() -> None:
-    code, out, err = run(H100, NEMO2)
+@pytest.mark.parametrize("depth", [0, 12])
+def test_table_and_figures(depth: int, tmp_path: Path) -> None:
+    """The same table and figures whatever the length of the files' paths (a checkout deep in a
+    CI runner's folders): output that is not a terminal is never wrapped or cut."""
+    folder = tmp_path.joinpath(*["a-rather-long-folder-name"] * depth)
+    folder.mkdir(parents=True, exist_ok=True)
+    h100, nemo2 = folder / Path(H100).name, folder / Path(NEMO2).name
+    h100.write_bytes(Path(H100).read_bytes())
+    nemo2.write_bytes(Path(NEMO2).read_bytes())
+    code, out, err = run(str(h100), str(nemo2))
     assert code == 0, err
-    assert "nccl-tests, 62 rows" in out and "8 GiB" in out
+    assert f"{h100}: nccl-tests, 62 rows" in out and "8 GiB" in out
     assert "peak_busbw" in out and "338.82 GB/s" in out and "70.74 GB/s" in out
+    assert f"{nemo2}: nemo2, 5 rows" in out
     assert "steady_step_time" in out and "6.07 s" in out
 
 
@@ -55,11 +65,6 @@ def test_parse_error_is_one_line_on_stderr_and_exit_2(tmp_path: Path) -> None:
     code, out, err = run("--kind", "nccl-tests", str(bad))
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and err.startswith(f"hpckit: error: {bad}:29: malformed result row")
-
-
-def test_csv_and_parquet_are_exclusive(tmp_path: Path) -> None:
-    code, _, err = run("--csv", str(tmp_path / "a"), "--parquet", str(tmp_path / "b"), H100)
-    assert code == 2 and "exclusive" in err
 
 
 def test_warnings_go_to_stderr() -> None:

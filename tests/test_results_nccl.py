@@ -9,8 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hpckit.results import ParseError, nccl_table, parse_file, parse_text, peak_busbw
+from hpckit.results import ParseError, ParseResult, nccl_table, parse_file, parse_text, peak_busbw
 from hpckit.results.nccl_text import FRAME_COLUMNS
+from tests.resultsutil import fast_and_exact
 
 DATA = Path(__file__).parent / "data" / "results"
 
@@ -91,7 +92,7 @@ def test_legacy_k80_no_root_float_error_column_and_info_line() -> None:
     f = r.frame
     assert len(f) == 14 and not r.partial
     assert f["root"].isna().all()  # the legacy header has no root column
-    assert (f["wrong"] == 2e-07).all()
+    assert (f["max_error"] == 2e-07).all() and f["wrong"].isna().all()  # an error, not a count
     assert r.meta["columns"][7] == "error"  # type: ignore[index]
     assert r.meta["hosts"] == ["2e3f9af7241040529530e810ce60fe5d000002"]
     assert r.meta["devices"][3]["busid"] == "0x00"  # type: ignore[index]
@@ -99,11 +100,11 @@ def test_legacy_k80_no_root_float_error_column_and_info_line() -> None:
     assert r.meta["avg_busbw_gbps"] == 2.54225
 
 
-def test_legacy_v100_info_flood_nccl_version_mid_log_wrong_as_float() -> None:
+def test_legacy_v100_info_flood_nccl_version_mid_log_error_as_float() -> None:
     r = load("all_reduce-legacy-2node-v100-efa-nccl-info-mpijob.txt")
     assert len(r.frame) == 58  # 8 B .. 2 GiB
     assert r.meta["nccl_version"] == "2.6.4+cuda10.2"
-    assert (r.frame["wrong"] == 0.0).all()  # printed as 0e+00
+    assert (r.frame["max_error"] == 0.0).all() and r.frame["wrong"].isna().all()  # printed as 0e+00
     assert row(r.frame, 2147483648, "out")["time_us"] == 826687.0
     assert peak_busbw(r.frame) == 2.60
     assert r.meta["avg_busbw_gbps"] == 1.16154
@@ -318,20 +319,29 @@ def test_not_nccl_at_all_is_an_error() -> None:
         parse_text("hello\nworld\n", "nccl-tests", source="x.log")
 
 
-# ---------------------------------------------------------------- the two row readers agree
+# ---------------------------------------------------------------- the fast paths and the exact parser agree
 
 
 @pytest.mark.parametrize(
     "name",
-    sorted(p.name for p in DATA.glob("*.txt") if p.name.startswith(("all_", "handmade-nccl"))),
+    sorted(p.name for p in DATA.glob("*.txt") if p.name.startswith(("all_", "handmade-nccl", "issue-nccl"))),
 )
-def test_bulk_and_exact_readers_agree(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bulk_and_exact_readers_agree(name: str) -> None:
+    """Every nccl-tests sample read by the fast paths and exactly: the same result, and the fast
+    paths really read it (this fails when one is deleted or declines everything)."""
     text = (DATA / name).read_text()
-    monkeypatch.setattr(nccl_table, "FAST_MIN_ROWS", 1)
-    bulk = parse_text(text, "nccl-tests")
-    monkeypatch.setattr(nccl_table, "FAST_MIN_ROWS", 10**9)
-    exact = parse_text(text, "nccl-tests")
-    pd.testing.assert_frame_equal(bulk.frame, exact.frame)
+    result, ran = fast_and_exact(text, "nccl-tests")
+    assert ran["nccl-scan"], "the Arrow scan did not run"
+    timestamps = isinstance(result, ParseResult) and "timestamp" in result.frame.columns
+    if isinstance(result, ParseResult) and len(result.frame) and not timestamps and name not in ROWS_DECLINED:
+        assert ran["nccl-rows"], "the Arrow row reader did not run"
+
+
+# samples whose only block of rows the Arrow reader declines, by design (the exact reader decides)
+ROWS_DECLINED = {
+    "issue-nccl-tests-280-test-nccl-failure-last-row-cut.txt": "its last row is cut after the keys",
+    "issue-nccl-tests-78-legacy-alltoall-blank-redop-8node-v100.txt": "a token short: the blank redop",
+}
 
 
 def test_bulk_reader_falls_back_on_a_short_row() -> None:
@@ -344,15 +354,14 @@ def test_bulk_reader_falls_back_on_a_short_row() -> None:
 
 
 @pytest.mark.parametrize("pad", [" ", "  ", "      ", "\t", " \r"])
-def test_bulk_and_exact_readers_agree_on_padded_rows(pad: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bulk_and_exact_readers_agree_on_padded_rows(pad: str) -> None:
     lines = (DATA / "all_reduce-modern-2node-16gpu-h100-a3mega-full-sweep.txt").read_text().split("\n")
     text = "\n".join(ln + pad if ln.lstrip()[:1].isdigit() else ln for ln in lines)
-    monkeypatch.setattr(nccl_table, "FAST_MIN_ROWS", 1)
-    bulk = parse_text(text, "nccl-tests")
-    monkeypatch.setattr(nccl_table, "FAST_MIN_ROWS", 10**9)
-    exact = parse_text(text, "nccl-tests")
-    pd.testing.assert_frame_equal(bulk.frame, exact.frame)
-    assert len(bulk.frame) == len(parse_text("\n".join(lines), "nccl-tests").frame)
+    result, ran = fast_and_exact(text, "nccl-tests")
+    assert ran["nccl-rows"], "the Arrow row reader did not read the padded rows"
+    assert ran["nccl-scan"], "the Arrow scan did not run"
+    assert isinstance(result, ParseResult)
+    assert len(result.frame) == len(parse_text("\n".join(lines), "nccl-tests").frame)
 
 
 def test_a_bad_padded_row_is_reported_as_printed() -> None:
@@ -373,17 +382,19 @@ def _line_matches(text: str) -> object:
     from hpckit.results import nccl_lines
     from hpckit.results import nccl_scan as ns
 
-    found = nccl_lines.line_matches(text, ns._ROW_TEST, ns._HASH_START, ns._DEVICE_TEST, ns._HASH_TEST)
-    return None if found is None else found[0]
+    tests = ns.TESTS.re2
+    assert tests is not None
+    found = nccl_lines.line_matches(text, *tests)
+    return None if found is None else found.matches
 
 
 @pytest.mark.parametrize("name", NCCL_SAMPLES)
 def test_arrow_line_matches_are_scans(name: str) -> None:
-    from hpckit.results.nccl_scan import _scan_matches
+    from hpckit.results.nccl_scan import TESTS, _scan_matches
 
     text = (DATA / name).read_text()
     if text.isascii():
-        assert _line_matches(text) == list(_scan_matches(text))
+        assert _line_matches(text) == list(_scan_matches(text, TESTS.scan))
     else:
         assert _line_matches(text) is None
 
@@ -402,30 +413,16 @@ def test_arrow_line_matches_are_scans(name: str) -> None:
     ],
 )
 def test_arrow_line_matches_on_odd_lines(odd: str) -> None:
-    from hpckit.results.nccl_scan import _scan_matches
+    from hpckit.results.nccl_scan import TESTS, _scan_matches
 
-    assert _line_matches(odd) == list(_scan_matches(odd))
+    assert _line_matches(odd) == list(_scan_matches(odd, TESTS.scan))
 
 
 # ---------------------------------------------------------------- rows read by Arrow agree with the exact reader
 
 
-def _row_readers_agree(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(nccl_table, "FAST_MIN_ROWS", 1)
-    try:
-        fast: object = parse_text(text, "nccl-tests")
-    except ParseError as exc:
-        fast = exc.args
-    monkeypatch.setattr(nccl_table, "FAST_MIN_ROWS", 10**9)
-    try:
-        exact: object = parse_text(text, "nccl-tests")
-    except ParseError as exc:
-        exact = exc.args
-    if isinstance(fast, tuple) or isinstance(exact, tuple):
-        assert fast == exact
-        return
-    pd.testing.assert_frame_equal(fast.frame, exact.frame)  # type: ignore[attr-defined]
-    assert (fast.meta, fast.warnings, fast.partial) == (exact.meta, exact.warnings, exact.partial)  # type: ignore[attr-defined]
+def _row_readers_agree(text: str) -> None:
+    fast_and_exact(text, "nccl-tests")
 
 
 @pytest.mark.parametrize(
@@ -435,7 +432,7 @@ def _row_readers_agree(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
         ("   65536", " 6.6e+04"),  # a size written as a float
         ("   65536", " 65536.5"),  # a size that is not whole: the exact reader says so
         ("   float", "  \x1cfloat"),  # a blank str.split cuts at and Arrow's ASCII split does not
-        ("   float", "  \x0bfloat"),  # one that Arrow's split cuts at and pandas' C reader does not
+        ("   float", "  \x0bfloat"),  # one that both Arrow and str.split cut at
         ("   float", "  flo\u00e4t"),  # non-ASCII text
         ("   float", "    half"),  # a second type
         ("   float", "  fl_oat"),
@@ -447,13 +444,13 @@ def _row_readers_agree(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
         ("159.4", "  1e5"),
     ],
 )
-def test_arrow_row_reader_agrees_with_exact(change: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_arrow_row_reader_agrees_with_exact(change: tuple[str, str]) -> None:
     text = (DATA / "all_reduce-modern-2node-16gpu-h100-a3mega-full-sweep.txt").read_text()
     lines = text.split("\n")
     at = next(i for i, ln in enumerate(lines) if ln.lstrip().startswith("65536 "))
     assert change[0] in lines[at]
     lines[at] = lines[at].replace(*change, 1)
-    _row_readers_agree("\n".join(lines), monkeypatch)
+    _row_readers_agree("\n".join(lines))
 
 
 def test_arrow_row_reader_reads_the_rows(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -481,7 +478,7 @@ def test_arrow_row_reader_in_blocks_agrees(name: str, monkeypatch: pytest.Monkey
     lines = text.split("\n")
     rows = [i for i, ln in enumerate(lines) if ln.lstrip()[:1].isdigit()]
     lines[rows[0] + 3 : rows[0] + 3] = ["# a break: the rows come in two pieces"]
-    _row_readers_agree("\n".join(lines), monkeypatch)
+    _row_readers_agree("\n".join(lines))
 
 
 @pytest.mark.parametrize("odd_row", [False, True])

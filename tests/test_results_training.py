@@ -6,11 +6,11 @@ import math
 import re
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from hpckit.results import ParseError, parse_file, parse_text, steady_step_time, training_bulk
-from hpckit.results.training_fields import MEGATRON_LINE, NEMO2_LINE, REDRAW
+from hpckit.results.training_fields import MEGATRON_LINE, NEMO2_LINE
+from tests.resultsutil import fast_and_exact
 
 DATA = Path(__file__).parent / "data" / "results"
 
@@ -162,27 +162,23 @@ TQDM_SAMPLES = sorted(p.name for p in DATA.iterdir() if p.name.startswith("nemo1
 
 
 @pytest.mark.parametrize("name", PIPE_SAMPLES + TQDM_SAMPLES)
-def test_bulk_and_exact_training_readers_agree(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bulk_and_exact_training_readers_agree(name: str) -> None:
+    """Every real sample, made long: the fast path reads it (it must answer, or this fails when
+    the fast path stops running) and says what the exact parser says."""
     kind = name.split("-", 1)[0]
     text = (DATA / name).read_text()
     if kind == "nemo1":
         long = "\r".join(_shift(r"(global_step=)(\d+)", text, 10**5 * k) for k in range(80))
-        used = training_bulk.bulk_tqdm(long, REDRAW, str.lower)
     else:
         long = _stretch(text, r"(iteration\s+)(\d+)")
-        used = training_bulk.bulk_pipe(long, NEMO2_LINE if kind == "nemo2" else MEGATRON_LINE, str.lower)
-    assert used is not None  # the bulk path really ran
-    bulk = parse_text(long, kind)
-    monkeypatch.setattr(training_bulk, "MIN_LINES", 10**9)
-    exact = parse_text(long, kind)
-    pd.testing.assert_frame_equal(bulk.frame, exact.frame)
-    assert (bulk.warnings, bulk.partial, bulk.meta) == (exact.warnings, exact.partial, exact.meta)
+    _, ran = fast_and_exact(long, kind)
+    assert ran["tqdm-steps" if kind == "nemo1" else "pipe-steps"], "the fast path did not run"
 
 
 def test_bulk_path_steps_aside_for_a_second_layout() -> None:
     text = _stretch((DATA / "nemo2-b200-llama3-8b-pretrain-iterations-45-49.txt").read_text(), r"(iteration )(\d+)")
     odd = text.replace("| lr:", "| learning rate:", 1)  # one line of another layout
-    assert training_bulk.bulk_pipe(odd, NEMO2_LINE, str.lower) is None
+    assert training_bulk.bulk_pipe(odd, NEMO2_LINE, str.lower) is None  # declines: the exact parser reads it
     assert len(parse_text(odd, "nemo2").frame) == 400
 
 
@@ -192,18 +188,15 @@ B200 = "nemo2-b200-llama3-8b-pretrain-iterations-45-49.txt"
 A3MEGA = "nemo1-a3mega-llama2-7b-log-tail.txt"
 
 
-def _exact(text: str, kind: str, monkeypatch: pytest.MonkeyPatch) -> tuple[object, ...]:
-    with monkeypatch.context() as m:
-        m.setattr(training_bulk, "MIN_LINES", 10**9)
-        r = parse_text(text, kind)
-    return r.frame, r.warnings, r.partial, r.meta
+def _same(text: str, kind: str) -> None:
+    fast_and_exact(text, kind)
 
 
-def _same(text: str, kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    fast = parse_text(text, kind)
-    frame, warnings, partial, meta = _exact(text, kind, monkeypatch)
-    pd.testing.assert_frame_equal(fast.frame, frame)  # type: ignore[arg-type]
-    assert (fast.warnings, fast.partial, fast.meta) == (warnings, partial, meta)
+def _python_step_lines(text: str, marker: re.Pattern[str]) -> tuple[list[str], list[int]]:
+    """The step lines as the exact parser picks them (and their numbers)."""
+    picked = [(i + 1, ln) for i, ln in enumerate(text.split("\n")) if "iteration" in ln and "|" in ln]
+    found = [(n, ln) for n, ln in picked if marker.search(ln)]
+    return [ln for _, ln in found], [n for n, _ in found]
 
 
 def test_python_whitespace_is_what_str_strip_removes() -> None:
@@ -211,9 +204,11 @@ def test_python_whitespace_is_what_str_strip_removes() -> None:
 
 
 def test_re2_spelling_of_markers() -> None:
-    assert training_bulk._re2_ascii(NEMO2_LINE.pattern) is not None
-    assert training_bulk._re2_ascii(MEGATRON_LINE.pattern) is None  # a lookbehind: Python picks the lines
-    assert training_bulk._re2_ascii(r"[\s]x") is None
+    from hpckit.results.re2 import re2_ascii
+
+    assert re2_ascii(NEMO2_LINE.pattern) is not None
+    assert re2_ascii(MEGATRON_LINE.pattern) is not None  # (no lookbehind: RE2 picks Megatron's lines too)
+    assert re2_ascii(r"[\s]x") is None and re2_ascii(r"(?<!a)x") is None
 
 
 @pytest.mark.parametrize("blank", [" ", "\t", "\x0b", "\x0c", "\x1c", "\x1f", "  \x1e "])
@@ -225,18 +220,17 @@ def test_arrow_and_python_pick_the_same_step_lines(blank: str) -> None:
     lines.insert(3, "| iteration 5/9 | not a step line")
     odd = "\n".join(lines)
     arrow = training_bulk._step_lines_arrow(odd, NEMO2_LINE)
-    python = training_bulk._step_lines_python(odd, NEMO2_LINE)
-    assert arrow is not None and python is not None
-    assert arrow[0].to_pylist() == python[0].to_pylist()
-    assert arrow[1].tolist() == python[1].tolist() and arrow[2] == python[2]
+    assert arrow is not None
+    assert (arrow[0].to_pylist(), arrow[1].tolist()) == _python_step_lines(odd, NEMO2_LINE)
+    assert arrow[2] == [(4, "| iteration 5/9 | not a step line")]
 
 
-def test_nemo2_labels_with_other_blanks_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nemo2_labels_with_other_blanks_agree() -> None:
     text = _stretch((DATA / B200).read_text(), r"(iteration\s+)(\d+)")
     lines = text.split("\n")
     lines[5] = lines[5].replace("| lr:", "|\x1clr \t:", 1)  # strips to the same label
     lines[6] = lines[6].replace("| global_step: ", "| global_step:\xa0", 1)  # and the same value
-    _same("\n".join(lines), "nemo2", monkeypatch)
+    _same("\n".join(lines), "nemo2")
 
 
 def _tqdm_log(refresh: str, steps: int, redraws: int) -> str:
@@ -254,15 +248,15 @@ def _a3mega_refresh() -> str:
 
 
 @pytest.mark.parametrize("redraws", [1, 2, 3])
-def test_nemo1_repeated_redraws_read_as_the_exact_parser(redraws: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nemo1_repeated_redraws_read_as_the_exact_parser(redraws: int) -> None:
     text = _tqdm_log(_a3mega_refresh(), 200, redraws)
-    assert training_bulk.bulk_tqdm(text, REDRAW, str.lower) is not None
-    _same(text, "nemo1", monkeypatch)
+    _, ran = fast_and_exact(text, "nemo1")
+    assert ran["tqdm-steps"]
 
 
-def test_nemo1_repeats_with_nan_samples_still_count(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nemo1_repeats_with_nan_samples_still_count() -> None:
     text = _tqdm_log(_a3mega_refresh(), 100, 2).replace("consumed_samples=2048.0", "consumed_samples=nan")
-    _same(text, "nemo1", monkeypatch)
+    _same(text, "nemo1")
     assert any("logged again" in w for w in parse_text(text, "nemo1").warnings)
 
 
@@ -276,12 +270,12 @@ def test_nemo1_repeats_with_nan_samples_still_count(monkeypatch: pytest.MonkeyPa
         ("global_step=", "global_step ="),  # a label that strips alike
     ],
 )
-def test_nemo1_odd_refresh_agrees_with_exact(change: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nemo1_odd_refresh_agrees_with_exact(change: tuple[str, str]) -> None:
     refresh = _a3mega_refresh()
     text = _tqdm_log(refresh, 120, 2)
     at = text.index("\n") + 1
     text = text[:at] + refresh.replace(*change) + "\r" + text[at:]
-    _same(text, "nemo1", monkeypatch)
+    _same(text, "nemo1")
 
 
 @pytest.mark.parametrize(
@@ -295,14 +289,12 @@ def test_nemo1_odd_refresh_agrees_with_exact(change: tuple[str, str], monkeypatc
         ("Epoch 0:", "Epoch\u20030:"),  # a Unicode blank inside the marker
     ],
 )
-def test_nemo1_unicode_and_odd_shapes_agree_with_exact(
-    change: tuple[str, str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_nemo1_unicode_and_odd_shapes_agree_with_exact(change: tuple[str, str]) -> None:
     refresh = _a3mega_refresh()
     text = _tqdm_log(refresh, 120, 2)
     at = text.index("\n") + 1
     text = text[:at] + refresh.replace(*change) + "\r" + text[at:]
-    _same(text, "nemo1", monkeypatch)
+    _same(text, "nemo1")
 
 
 def test_re2_spellings_match_python_classes() -> None:
@@ -318,22 +310,22 @@ def test_re2_spellings_match_python_classes() -> None:
 @pytest.mark.parametrize(
     "change",
     [
-        ("| lr:", "| lr :"),  # a label spelt otherwise on one line: the general split decides
+        ("| lr:", "| lr :"),  # a label spelt otherwise on one line: the exact parser decides
         ("| lr:", "|lr:"),
         (" | global_batch_size:", " | : 5 | global_batch_size:"),  # a piece without a label
         (" | global_batch_size:", " | noise | global_batch_size:"),  # a piece without ":"
     ],
 )
-def test_nemo2_odd_pieces_agree_with_exact(change: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nemo2_odd_pieces_agree_with_exact(change: tuple[str, str]) -> None:
     text = _stretch((DATA / B200).read_text(), r"(iteration\s+)(\d+)")
     lines = text.split("\n")
     lines[5] = lines[5].replace(*change, 1)
-    _same("\n".join(lines), "nemo2", monkeypatch)
+    _same("\n".join(lines), "nemo2")
 
 
-def test_nemo2_every_line_with_an_unlabelled_piece_agrees(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nemo2_every_line_with_an_unlabelled_piece_agrees() -> None:
     text = _stretch((DATA / B200).read_text(), r"(iteration\s+)(\d+)")
-    _same(text.replace(" | global_batch_size:", " | noise | global_batch_size:"), "nemo2", monkeypatch)
+    _same(text.replace(" | global_batch_size:", " | noise | global_batch_size:"), "nemo2")
 
 
 # ---------------------------------------------------------------- one CSV read for heads, labels and values
@@ -342,7 +334,7 @@ def test_nemo2_every_line_with_an_unlabelled_piece_agrees(monkeypatch: pytest.Mo
 @pytest.mark.parametrize(
     "change",
     [
-        ("| lr: ", "| lr: 1:2 "),  # a ":" in a value: the count check sends it to the slower cut
+        ("| lr: ", "| lr: 1:2 "),  # a ":" in one line's value: the count check declines
         ("Training epoch", "Training: epoch"),  # a ":" in a head
         ("| lr: ", "| lr: N/A"),  # a value that is no float: read as text, the exact parser warns
         ("| lr: ", "| lr:\t"),  # a tab Arrow trims, as str.strip does
@@ -353,11 +345,11 @@ def test_nemo2_every_line_with_an_unlabelled_piece_agrees(monkeypatch: pytest.Mo
         ("| lr:", "| lr:: 3"),  # the label's ":" and one more
     ],
 )
-def test_nemo2_single_read_agrees_with_exact(change: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nemo2_single_read_agrees_with_exact(change: tuple[str, str]) -> None:
     text = _stretch((DATA / B200).read_text(), r"(iteration\s+)(\d+)")
     lines = text.split("\n")
     lines[6] = lines[6].replace(*change, 1)
-    _same("\n".join(lines), "nemo2", monkeypatch)
+    _same("\n".join(lines), "nemo2")
 
 
 def test_nemo2_single_read_takes_the_log_and_reads_floats() -> None:
@@ -420,10 +412,10 @@ def test_digit_runs(strings: list[str], runs: list[list[int]] | None) -> None:
         ("iteration 46/", "iteration 99999999999999999999/"),  # no int64: the exact parser
     ],
 )
-def test_nemo2_heads_agree_with_exact(change: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nemo2_heads_agree_with_exact(change: tuple[str, str]) -> None:
     text = _stretch((DATA / B200).read_text(), r"(iteration\s+)(\d+)")
     assert "iteration 46/" in text
-    _same(text.replace(change[0], change[1], 1), "nemo2", monkeypatch)
+    _same(text.replace(change[0], change[1], 1), "nemo2")
 
 
 def test_heads_of_one_skeleton_agree_with_python_search() -> None:
@@ -451,10 +443,8 @@ def test_marked_step_lines_as_python_picks_them() -> None:
     lines.insert(9, "noise | iteration 3 | more")
     odd = "\n".join(lines)
     arrow = training_bulk._step_lines_arrow(odd, NEMO2_LINE, others=False)
-    python = training_bulk._step_lines_python(odd, NEMO2_LINE)
-    assert arrow is not None and python is not None
-    assert arrow[0].to_pylist() == python[0].to_pylist()
-    assert arrow[1].tolist() == python[1].tolist()
+    assert arrow is not None
+    assert (arrow[0].to_pylist(), arrow[1].tolist()) == _python_step_lines(odd, NEMO2_LINE)
 
 
 @pytest.mark.parametrize("change", [("| lr: ", "| lr: "), ("| lr: ", "| lr: 1:2 "), ("| lr: ", "| lr: N/A")])
@@ -465,11 +455,11 @@ def test_nemo2_single_read_in_blocks_agrees(change: tuple[str, str], monkeypatch
     text = _stretch((DATA / B200).read_text(), r"(iteration\s+)(\d+)")
     lines = text.split("\n")
     lines[100] = lines[100].replace(*change, 1)
-    _same("\n".join(lines), "nemo2", monkeypatch)
+    _same("\n".join(lines), "nemo2")
 
 
 def test_markers_that_spell_iteration() -> None:
     assert training_bulk._spells(NEMO2_LINE.pattern, "iteration")
-    assert not training_bulk._spells(MEGATRON_LINE.pattern, "iteration")  # a lookbehind group
+    assert not training_bulk._spells(MEGATRON_LINE.pattern, "iteration")  # an alternation in front
     for pattern in ("a|iteration", "iteratio?n", "(iteration)?", "[i]teration", "iteration*"):
         assert not training_bulk._spells(pattern, "iteration"), pattern

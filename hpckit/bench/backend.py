@@ -68,6 +68,7 @@ class Sweep:
     iters: int = 20
     check: bool = True
     env: tuple[str, ...] = ()
+    tasks_per_node: int = 0  # ranks per node; 0: one per GPU, one on a CPU node (torch backend only)
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -77,10 +78,12 @@ class Sweep:
         if self.factor < 2 or self.iters < 1 or self.warmup < 0:
             raise InputError("need --factor >= 2, --iters >= 1 and --warmup >= 0")
         check_env(self.env)
+        if self.tasks_per_node < 0:
+            raise InputError("tasks per node must be 0 (one per GPU) or more")
 
     @property
     def ranks_per_node(self) -> int:
-        return self.gpus_per_node or 1
+        return self.tasks_per_node or self.gpus_per_node or 1
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,7 @@ class JobPlace:
     program: str = ""  # torch_sweep.py as staged on the cluster
     nccl_tests_dir: str = NCCL_TESTS_DIR
     container: str = ""
+    nodelist: tuple[str, ...] = ()  # these nodes exactly (the bisect's probes); empty: any
 
 
 def template_values(backend: Backend, sweep: Sweep, place: JobPlace) -> tuple[str, dict[str, ParamValue]]:
@@ -116,8 +120,15 @@ def template_values(backend: Backend, sweep: Sweep, place: JobPlace) -> tuple[st
         "op": sweep.bench.op,
         "container": place.container,
         "env": sweep.env,
+        "nodelist": ",".join(place.nodelist),
     }
     if backend == "nccl-tests":
+        if sweep.tasks_per_node not in (0, sweep.gpus_per_node):
+            raise InputError("nccl-tests runs one task per GPU: tasks per node cannot differ from GPUs per node")
         return TEMPLATES[backend], {**common, "bin_dir": place.nccl_tests_dir, "exclusive": True}
-    torch: dict[str, ParamValue] = {"python": place.python, "program": place.program}
+    torch: dict[str, ParamValue] = {
+        "python": place.python,
+        "program": place.program,
+        "tasks_per_node": sweep.tasks_per_node,
+    }
     return TEMPLATES[backend], {**common, **torch}

@@ -31,6 +31,8 @@ class ClusterFacts:
     ib_rate_gbps: float = 0.0
     shared_mount: str | None = None
     lab: bool = False  # the lab's GPUs are character devices: torch cannot use them
+    hca_names: tuple[str, ...] = ()  # the declared HCAs (mlx5_0 ...): the rails the bisect tests one by one
+    nodes: tuple[str, ...] = ()  # the partition's nodes, as declared
 
     @property
     def usable_gpus_per_node(self) -> int:
@@ -51,6 +53,8 @@ def facts_from_blueprint(bp: Blueprint, partition: str | None = None) -> Cluster
         gpu=gpu.key if gpu else None,
         ib_hcas=len(ib.hcas) if ib else 0,
         ib_rate_gbps=float(hardware_table().ib_rates[ib.rate]) if ib else 0.0,
+        hca_names=tuple(ib.hcas) if ib else (),
+        nodes=tuple(part.hostnames()),
         shared_mount=bp.filesystems[0].mount if bp.filesystems else None,
         lab=bp.provider.type == "lab",
     )

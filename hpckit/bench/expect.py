@@ -59,8 +59,8 @@ class Expectation:
         if self.low is None:
             return f"no figure ({self.basis})"
         if self.high is None or abs(self.high - self.low) < 1e-9:
-            return f">= {self.low:.1f} GB/s ({self.basis})"
-        return f"{self.low:.1f}-{self.high:.1f} GB/s ({self.basis})"
+            return f">= {gbps(self.low)} GB/s ({self.basis})"
+        return f"{gbps(self.low)}-{gbps(self.high)} GB/s ({self.basis})"
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,13 @@ class Verdict:
     @property
     def below(self) -> bool:
         return self.status == "below"
+
+
+def gbps(value: float | None) -> str:
+    """Bus bandwidth as hpckit prints it everywhere: the table, the peak line, every verdict."""
+    if value is None or value != value:
+        return "n/a"
+    return f"{value:.2f}" if abs(value) >= 10 else f"{value:.3g}"
 
 
 def nvls_in_force(env: Mapping[str, str]) -> bool:
@@ -161,10 +168,12 @@ def judge(peak: float, expectation: Expectation, max_bytes: int) -> Verdict:
         )
     if peak < expectation.low:
         pct = 100 * peak / expectation.low
-        return Verdict("below", f"{peak:.2f} GB/s is below the expected {expectation.describe()} ({pct:.0f}%)")
+        return Verdict("below", f"peak {gbps(peak)} GB/s is below the expected {expectation.describe()} ({pct:.0f}%)")
     if expectation.high is not None and peak > expectation.high:
-        return Verdict("above", f"{peak:.2f} GB/s is above the expected {expectation.describe()}: check the figure")
-    return Verdict("ok", f"{peak:.2f} GB/s meets the expected {expectation.describe()}")
+        return Verdict(
+            "above", f"peak {gbps(peak)} GB/s is above the expected {expectation.describe()}: check the figure"
+        )
+    return Verdict("ok", f"peak {gbps(peak)} GB/s meets the expected {expectation.describe()}")
 
 
 def judge_history(peak: float, past: Sequence[float]) -> Verdict:
@@ -178,5 +187,5 @@ def judge_history(peak: float, past: Sequence[float]) -> Verdict:
     runs = f"median of {len(values)} earlier run{'s' if len(values) > 1 else ''}"
     pct = 100 * peak / median if median > 0 else float("inf")
     if peak < median - slack:
-        return Verdict("below", f"{peak:.3g} GB/s is {pct:.0f}% of the {runs} ({median:.3g} GB/s)")
-    return Verdict("ok", f"{peak:.3g} GB/s is {pct:.0f}% of the {runs} ({median:.3g} GB/s)")
+        return Verdict("below", f"peak {gbps(peak)} GB/s is {pct:.0f}% of the {runs} ({gbps(median)} GB/s)")
+    return Verdict("ok", f"peak {gbps(peak)} GB/s is {pct:.0f}% of the {runs} ({gbps(median)} GB/s)")

@@ -14,12 +14,17 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from hpckit.errors import HpckitError
 from hpckit.slurm.client import SlurmClient
 from hpckit.slurm.jobparse import FINISHED_QUEUE_STATES, JobRecord
-from hpckit.slurm.jobs import JobOutcome, Jobs, JobWaitTimeout, poll_intervals
+from hpckit.slurm.jobs import JobError, JobOutcome, Jobs, JobWaitTimeout, poll_intervals
 from hpckit.slurm.parsers import NodeState
+from hpckit.slurm.transport import TransportError
 
 CHECK_EVERY_S = 2.0
+# How long the controller may stay unreachable (a slurmctld restart, an upgrade) before the wait gives up;
+# accounting (slurmdbd) answers meanwhile, and a job it shows ended ends the wait at once.
+CONTROLLER_OUTAGE_S = 900.0
 TAIL_LINES = 4
 # after the job has left the queue: how long accounting may take to have its final record
 RECORD_WAIT_S = 60.0
@@ -41,6 +46,7 @@ class Progress:
     nodes: tuple[str, ...] = ()
     size_bytes: int | None = None  # the last size measured
     busbw_gbps: float | None = None
+    note: str = ""  # why it is pending (Slurm's reason), or that the controller cannot be reached
 
 
 @dataclass(frozen=True)
@@ -114,13 +120,23 @@ class Follower:
         intervals = poll_intervals()
         next_check = self.clock()
         lost_nodes: tuple[str, ...] = ()
+        down_since: float | None = None
         while True:
-            state = self.jobs.backend.queue_state(job_id)
+            asked = self.clock()
+            try:
+                state = self.jobs.backend.queue_state(job_id)
+                down_since = None
+            except (JobError, TransportError) as exc:  # squeue itself waits ~60 s for a controller that is gone
+                down_since = asked if down_since is None else down_since
+                state, final = "UNREACHABLE", self._ended_meanwhile(job_id, exc, down_since, start)
+                if final is not None:
+                    return Followed(JobOutcome(final, output_path, None, self.clock() - start), lost_nodes, self._nodes)
             if state is None or state in FINISHED_QUEUE_STATES:
                 break
-            if state != "RUNNING":
-                self._emit(Progress(job_id, state, self.clock() - start, self._nodes))
-            elif self.clock() >= next_check:
+            if state not in ("RUNNING", "UNREACHABLE") and self.clock() >= next_check:
+                next_check = self.clock() + CHECK_EVERY_S
+                self._emit(Progress(job_id, state, self.clock() - start, self._nodes, note=self._reason(job_id)))
+            elif state == "RUNNING" and self.clock() >= next_check:
                 next_check = self.clock() + CHECK_EVERY_S
                 lost_nodes = self._check(job_id, output_path, start)
                 if lost_nodes:
@@ -130,14 +146,53 @@ class Follower:
                 self.jobs.cancel(job_id)
                 raise JobWaitTimeout(f"job {job_id} still {state} after {timeout:.0f} s; cancelled it")
             self.sleep(next(intervals))
-        outcome = self.jobs.follow(job_id, start, RECORD_WAIT_S, check=False)
-        return Followed(outcome, lost_nodes, self._nodes or outcome.record.nodes)
+        return Followed(self._final(job_id, output_path, start), lost_nodes, self._nodes)
+
+    def _final(self, job_id: str, output_path: str, start: float) -> JobOutcome:
+        """The job's final record and output; accounting's record when the controller went away meanwhile."""
+        try:
+            outcome = self.jobs.follow(job_id, start, RECORD_WAIT_S, check=False)
+        except (JobError, TransportError):
+            record = self.jobs.backend.accounting(job_id)
+            if record is None or not record.finished:
+                raise
+            outcome = JobOutcome(record, output_path, None, self.clock() - start)
+        if not self._nodes:
+            self._nodes = outcome.record.nodes
+        return outcome
+
+    def _ended_meanwhile(self, job_id: str, exc: Exception, down_since: float, start: float) -> JobRecord | None:
+        """While the controller cannot be reached: accounting's record once the job has ended, else None.
+
+        JobWaitTimeout when it has been unreachable for longer than CONTROLLER_OUTAGE_S."""
+        record = self.jobs.backend.accounting(job_id)
+        if record is not None and record.finished:
+            return record
+        gone = self.clock() - down_since
+        if gone > CONTROLLER_OUTAGE_S:
+            raise JobWaitTimeout(f"slurmctld unreachable for {gone:.0f} s while following job {job_id}: {exc}")
+        first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        note = f"slurmctld unreachable for {gone:.0f} s, waiting for it ({first})"
+        self._emit(Progress(job_id, "UNREACHABLE", self.clock() - start, self._nodes, note=note))
+        return None
+
+    def _reason(self, job_id: str) -> str:
+        """Why a job is pending, in Slurm's words (Resources, Priority, ReqNodeNotAvail ...)."""
+        try:
+            info = self.jobs.backend.info(job_id)
+        except (JobError, TransportError):
+            return ""
+        reason = info.record.reason if info is not None else ""
+        return "" if reason in ("", "None") else reason
 
     def _check(self, job_id: str, output_path: str, start: float) -> tuple[str, ...]:
-        if not self._nodes:
-            info = self.jobs.backend.info(job_id)
-            self._nodes = info.record.nodes if info is not None else ()
-        lost_nodes = lost(self.slurm.nodes(), self._nodes)
+        try:
+            if not self._nodes:
+                info = self.jobs.backend.info(job_id)
+                self._nodes = info.record.nodes if info is not None else ()
+            lost_nodes = lost(self.slurm.nodes(), self._nodes)
+        except (JobError, TransportError, HpckitError):
+            return ()  # the controller went away between two questions: the next poll says so
         row = last_row(self.jobs.read_file(output_path, tail_lines=TAIL_LINES))
         last = self._last
         if row is None and last is not None and last.size_bytes is not None:
@@ -148,6 +203,10 @@ class Follower:
 
     def _emit(self, progress: Progress) -> None:
         last = self._last
-        if last is None or (progress.state, progress.size_bytes) != (last.state, last.size_bytes):
+        if last is None or (progress.state, progress.size_bytes, progress.note.split(" for ")[0]) != (
+            last.state,
+            last.size_bytes,
+            last.note.split(" for ")[0],
+        ):
             self._last = progress
             self.report(progress)

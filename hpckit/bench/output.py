@@ -11,9 +11,11 @@ matplotlib.use("Agg")  # files only; never a display
 
 import matplotlib.pyplot as plt
 
+from hpckit.bench.expect import gbps
 from hpckit.bench.history import to_parquet
 from hpckit.bench.run import BenchResult
-from hpckit.results.report import compact
+from hpckit.results.derived import GIB
+from hpckit.results.report import compact, human_bytes
 
 
 def summary(result: BenchResult, files: dict[str, str] | None = None) -> dict[str, object]:
@@ -31,6 +33,8 @@ def summary(result: BenchResult, files: dict[str, str] | None = None) -> dict[st
         "hosts": result.hosts,
         "gpu": result.gpu_name,
         "peak_busbw_gbps": result.peak_busbw,
+        "peak_basis": result.peak_basis,
+        "peak_size_bytes": peak_row_size(result),
         "avg_busbw_gbps": result.avg_busbw,
         "wrong": result.wrong,
         "settings": result.settings,
@@ -106,5 +110,24 @@ def plot(result: BenchResult, path: Path) -> None:
 
 
 def table_text(result: BenchResult) -> str:
-    """The table as nccl-tests shows it, compacted (hpckit.results' terminal form)."""
-    return compact(result.parsed).to_string(index=False)
+    """The table as nccl-tests shows it, compacted (hpckit.results' terminal form); bus bandwidth printed as
+    the peak line and the verdict print it, and the row the peak comes from marked."""
+    table = compact(result.parsed).copy()
+    for column in ("out busbw", "in busbw"):
+        if column in table.columns:
+            table[column] = table[column].map(gbps)
+    if "size" in table.columns:
+        peak_size = human_bytes(peak_row_size(result))
+        table["peak"] = ["<- peak" if size == peak_size else "" for size in table["size"]]
+    return str(table.to_string(index=False))
+
+
+def peak_row_size(result: BenchResult) -> int:
+    """The message size whose busbw is the peak (the largest such size at >= 1 GiB, else the largest size)."""
+    frame = result.parsed.frame
+    valid = frame[frame["busbw_gbps"].notna()]
+    eligible = valid[valid["size_bytes"] >= GIB]
+    if eligible.empty:
+        eligible = valid[valid["size_bytes"] == valid["size_bytes"].max()]
+    best = eligible[eligible["busbw_gbps"] == eligible["busbw_gbps"].max()]
+    return int(best["size_bytes"].max())

@@ -32,6 +32,8 @@ from hpckit.errors import HpckitError, InputError
 from hpckit.hardware import hardware_table
 from hpckit.jobs.submit import render, submit
 from hpckit.results import ParseError, ParseResult, parse_text, peak_busbw
+from hpckit.results.derived import GIB
+from hpckit.results.report import human_bytes
 from hpckit.slurm.client import SlurmClient
 from hpckit.slurm.jobparse import JobRecord
 from hpckit.slurm.jobs import Jobs
@@ -74,6 +76,9 @@ class BenchRequest:
     time_limit: str = "00:15:00"
     timeout: float | None = None
     history: bool = True
+    nodelist: tuple[str, ...] = ()  # exactly these nodes (then `nodes` is their count)
+    tasks_per_node: int = 0  # ranks per node; 0: one per GPU, one on a CPU node
+    ib_hcas: int | None = None  # HCAs the run may use (NCCL_IB_HCA narrowed them); None: every one declared
 
 
 @dataclass
@@ -87,6 +92,7 @@ class Context:
     jobs: Jobs = field(init=False)
     slurm: SlurmClient = field(init=False)
     files: ClusterFiles = field(init=False)
+    staged: dict[str, str] = field(default_factory=dict)  # bench dir -> torch_sweep.py staged there
 
     def __post_init__(self) -> None:
         self.jobs = Jobs.on(self.transport, "cli")
@@ -115,6 +121,14 @@ class BenchResult:
     hosts: list[str]
     history_median: float | None = None
     warnings: list[str] = field(default_factory=list)
+
+    @property
+    def peak_basis(self) -> str:
+        """Which rows the peak comes from, in words (the table marks the row)."""
+        largest = int(self.parsed.frame["size_bytes"].max())
+        if largest >= GIB:
+            return "best at sizes >= 1 GiB"
+        return f"at the largest size, {human_bytes(largest)}"
 
     @property
     def key(self) -> dict[str, object]:
@@ -151,6 +165,8 @@ class Plan:
 
 def plan(req: BenchRequest, ctx: Context) -> Plan:
     facts = ctx.facts
+    if req.nodelist and len(req.nodelist) != req.nodes:
+        raise InputError(f"{len(req.nodelist)} nodes listed ({','.join(req.nodelist)}) but {req.nodes} asked for")
     if facts.partition_nodes is not None and req.nodes > facts.partition_nodes:
         raise InputError(f"partition {facts.partition} has {facts.partition_nodes} nodes; --nodes {req.nodes} asked")
     gpus = facts.usable_gpus_per_node if req.gpus_per_node is None else req.gpus_per_node
@@ -171,6 +187,7 @@ def plan(req: BenchRequest, ctx: Context) -> Plan:
         req.iters,
         req.check,
         req.env,
+        req.tasks_per_node,
     )
     ranks = sweep.ranks_per_node
     place = JobPlace(
@@ -181,6 +198,7 @@ def plan(req: BenchRequest, ctx: Context) -> Plan:
         python=req.python or (sys.executable if facts.lab else "python3"),
         nccl_tests_dir=bin_dir,
         container=req.container,
+        nodelist=req.nodelist,
     )
     return Plan(backend, sweep, place, bench_dir)
 
@@ -197,30 +215,64 @@ def stage_program(files: ClusterFiles, bench_dir: str) -> str:
 # ---------------------------------------------------------------- running
 
 
+@dataclass(frozen=True)
+class Started:
+    """A submitted benchmark job, not yet followed."""
+
+    plan: Plan
+    job_id: str
+    output_path: str
+    start: float
+
+
 def run_bench(req: BenchRequest, ctx: Context) -> BenchResult:
+    return finish_bench(req, ctx, start_bench(req, ctx))
+
+
+def start_bench(req: BenchRequest, ctx: Context) -> Started:
+    """Plan, render and submit: several can be started before any is followed (the bisect's rounds)."""
     p = plan(req, ctx)
-    place = p.place
     if p.backend == "torch":
-        place = replace(place, program=stage_program(ctx.files, p.bench_dir))
-    template, values = template_values(p.backend, p.sweep, place)
+        staged = ctx.staged.get(p.bench_dir) or stage_program(ctx.files, p.bench_dir)
+        ctx.staged[p.bench_dir] = staged
+        p = replace(p, place=replace(p.place, program=staged))
+    template, values = template_values(p.backend, p.sweep, p.place)
     rendered = render(template, values)
     start = time.monotonic()
     job_id = submit(rendered, ctx.jobs).job_id
-    output_path = f"{place.log_dir}/{values['job_name']}-{job_id}.out"
-    followed = Follower(ctx.jobs, ctx.slurm, ctx.report).follow(job_id, output_path, start, req.timeout)
+    return Started(p, job_id, f"{p.place.log_dir}/{values['job_name']}-{job_id}.out", start)
+
+
+def finish_bench(req: BenchRequest, ctx: Context, started: Started) -> BenchResult:
+    """Follow a started job to its end, then parse and judge what it printed."""
+    job_id, output_path = started.job_id, started.output_path
+    followed = Follower(ctx.jobs, ctx.slurm, ctx.report).follow(job_id, output_path, started.start, req.timeout)
     record = followed.outcome.record
     output = followed.outcome.output or ctx.jobs.read_file(output_path) or ""
-    parsed = _parse(output, output_path, p.sweep.bench.op)
+    return judge_output(req, ctx, started.plan, record, followed.lost_nodes, output, output_path)
+
+
+def judge_output(
+    req: BenchRequest,
+    ctx: Context,
+    p: Plan,
+    record: JobRecord,
+    lost_nodes: tuple[str, ...],
+    output: str,
+    output_path: str,
+) -> BenchResult:
+    job_id = record.job_id
+    parsed = parse_output(output, output_path, p.sweep.bench.op)
     wrong = _wrong(parsed)
     if not record.ok and not wrong:
-        nodes = culprits(output, followed.lost_nodes, record)
-        raise BenchJobFailed(_failure(record, nodes, followed.lost_nodes, output, output_path), nodes, job_id)
+        nodes = culprits(output, lost_nodes, record)
+        raise BenchJobFailed(_failure(record, nodes, lost_nodes, output, output_path), nodes, job_id)
     if parsed is None or parsed.frame.empty or parsed.frame["busbw_gbps"].notna().sum() == 0:
         raise BenchJobFailed(f"job {job_id} printed no results; see {output_path}", record.nodes[:1], job_id)
     return _analyse(req, ctx, p, job_id, parsed, output, output_path, wrong)
 
 
-def _parse(output: str, source: str, op: str) -> ParseResult | None:
+def parse_output(output: str, source: str, op: str | None) -> ParseResult | None:
     try:
         return parse_text(output, "nccl-tests", source, op)
     except ParseError:
@@ -292,7 +344,8 @@ def _analyse(
         hosts=_hosts(parsed),
         warnings=list(parsed.warnings),
     )
-    fabric = _fabric(ctx.facts, p.sweep, result.gpu_name, nvls)
+    facts = ctx.facts if req.ib_hcas is None else replace(ctx.facts, ib_hcas=req.ib_hcas)
+    fabric = _fabric(facts, p.sweep, result.gpu_name, nvls)
     result.expectation = expected_busbw(p.sweep.bench, fabric, hardware_table(), req.expect)
     result.verdict = judge(peak, result.expectation, int(parsed.frame["size_bytes"].max()))
     if req.history:

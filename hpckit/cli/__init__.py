@@ -29,6 +29,7 @@ HOMES = {
     "submit": "jobs",
     "cancel": "jobs",
     "bench": "bench",
+    "verify": "bench",
     "health": "health",
     "preflight": "preflight",
     "lab": "lab",

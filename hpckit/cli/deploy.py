@@ -37,8 +37,17 @@ def _load(path: Path, site_files: tuple[Path, ...]) -> Blueprint:
 @click.option("--join-timeout", default=120.0, show_default=True, help="seconds to wait for nodes to go idle")
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
 @click.option("--quiet", "-q", is_flag=True, help="no progress display")
+@click.option("--verify", is_flag=True, help="then prove every node's allreduce and each partition's fabric")
+@click.option("--verify-timeout", default=600.0, show_default=True, help="time box of --verify, seconds")
 def deploy_cmd(
-    blueprint: Path, site_files: tuple[Path, ...], limit: str | None, join_timeout: float, as_json: bool, quiet: bool
+    blueprint: Path,
+    site_files: tuple[Path, ...],
+    limit: str | None,
+    join_timeout: float,
+    as_json: bool,
+    quiet: bool,
+    verify: bool,
+    verify_timeout: float,
 ) -> None:
     """Build (or converge) the cluster a blueprint describes; a lab blueprint brings the lab up first."""
     bp = _load(blueprint, site_files)
@@ -46,10 +55,11 @@ def deploy_cmd(
     tracker = Tracker()
     with Progress(tracker, console, enabled=not quiet) as progress:
         result = deploy(bp, tracker, progress, DeployOptions(limit=limit, join_timeout=join_timeout))
+    if not as_json:
+        _print_summary(console, result)
+    verified = _verify(bp, result, verify_timeout, quiet, as_json) if verify and result.ok else None
     if as_json:
         click.echo((result.record.path / "summary.json").read_text())
-    else:
-        _print_summary(console, result)
     if result.outcome.status == "canceled":
         click.echo(
             "deploy interrupted (Ctrl-C): Ansible stopped mid-run, so hosts may be part-way through a task; "
@@ -57,7 +67,20 @@ def deploy_cmd(
             err=True,
         )
         sys.exit(130)  # 128 + SIGINT, as a shell reports a command Ctrl-C ended
-    sys.exit(0 if result.ok else 1)
+    sys.exit(0 if result.ok and (verified is None or verified["status"] == "passed") else 1)
+
+
+def _verify(bp: Blueprint, result: DeployResult, timeout: float, quiet: bool, as_json: bool) -> dict[str, object]:
+    """hpckit verify on the new cluster; its result goes into the record (verify.json and summary.json)."""
+    from hpckit.cli.bench import run_verify
+
+    verified = run_verify(bp, timeout, progress=not quiet, evidence=not as_json)
+    result.record.write_json("verify.json", verified)
+    summary_path = result.record.path / "summary.json"
+    summary = json.loads(summary_path.read_text())
+    summary["verify"] = {k: verified[k] for k in ("status", "failures", "slow_nodes", "jobs", "seconds")}
+    result.record.write_json("summary.json", summary)
+    return verified
 
 
 def _print_summary(console: Console, result: DeployResult) -> None:

@@ -30,6 +30,7 @@ def results() -> None:
 @click.option("--parquet", "parquet_out", type=OutPath, help="write all rows as Parquet")
 @click.option("--plot", "plot_out", type=OutPath, help="write a PNG: busbw vs size, step time vs step")
 @click.option("--json", "as_json", is_flag=True, help="print JSON (rows, meta, figures) instead of tables")
+@click.option("--exact", is_flag=True, help="read with the exact line-by-line parsers only (slower; to check a parse)")
 def parse(
     files: tuple[Path, ...],
     kind: str,
@@ -38,23 +39,30 @@ def parse(
     parquet_out: Path | None,
     plot_out: Path | None,
     as_json: bool,
+    exact: bool,
 ) -> None:
-    """Parse FILE... (exit 2 on unreadable input, with FILE:LINE: message on stderr)."""
-    if csv_out and parquet_out:
-        raise click.UsageError("--csv and --parquet are exclusive; pick one")
-    parsed = _parse_all(files, kind, collective)
+    """Parse FILE... (exit 2 on unreadable input, with FILE:LINE: message on stderr; exit 1 when a
+    log says its test failed, e.g. nccl-tests' "Test NCCL failure", after printing what was read)."""
+    parsed = _parse_all(files, kind, collective, exact)
     if as_json:
         click.echo(json.dumps([_as_dict(src, r) for src, r in parsed], indent=2, default=str))
     else:
         _print(parsed)
     _write(parsed, csv_out, parquet_out, plot_out)
+    failed = [src for src, r in parsed if r.failed]
+    for src in failed:
+        click.echo(f"hpckit: error: {src}: the test failed (see its warnings)", err=True)
+    if failed:
+        sys.exit(1)
 
 
-def _parse_all(files: tuple[Path, ...], kind: str, collective: str | None) -> list[tuple[str, ParseResult]]:
+def _parse_all(
+    files: tuple[Path, ...], kind: str, collective: str | None, exact: bool
+) -> list[tuple[str, ParseResult]]:
     parsed, errors = [], []
     for path in files:
         try:
-            parsed.append((str(path), parse_file(path, kind, collective)))
+            parsed.append((str(path), parse_file(path, kind, collective, exact=exact)))
         except ParseError as exc:
             errors.append(str(exc))
     if errors:
@@ -64,11 +72,15 @@ def _parse_all(files: tuple[Path, ...], kind: str, collective: str | None) -> li
     return parsed
 
 
+# Output that is not a terminal (a pipe, a file) is never cut or wrapped: a table of 21 columns or
+# a long path is as wide as it is (rich would cut to 80 columns).
+PIPE_WIDTH = 10_000
+
+
 def _print(parsed: list[tuple[str, ParseResult]]) -> None:
-    # a pipe or a file gets 120 columns rather than rich's 80, so that nccl tables fit
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else PIPE_WIDTH, soft_wrap=True)
     for source, result in parsed:
-        state = " [partial]" if result.partial else ""
+        state = " [FAILED]" if result.failed else " [partial]" if result.partial else ""
         console.print(f"[bold]{source}[/bold]: {result.kind}, {len(result.frame)} rows{state}")
         for warning in result.warnings:
             click.echo(f"hpckit: warning: {source}: {warning}", err=True)
@@ -106,6 +118,7 @@ def _as_dict(source: str, result: ParseResult) -> dict[str, object]:
         "source": source,
         "kind": result.kind,
         "partial": result.partial,
+        "failed": result.failed,
         "warnings": result.warnings,
         "figures": {f.name: {"value": f.value, "unit": f.unit} for f in figures(result)},
         "meta": result.meta,

@@ -392,12 +392,20 @@ def _ours(
         return Decision(node, Action.KEEP, f"kept out: it cannot be checked ({blind[0].evidence})")
     passes = mem.checks[reason_check].passes if reason_check in mem.checks else None
     needed = s.resume_after
+    if passes is None and external_check(reason_check) and reason_check not in s.disabled_checks:
+        return Decision(node, Action.KEEP, f"held for {reason_check}, which the health checks do not run")
     if reason_check in s.disabled_checks or passes is None:
         passes = mem.clean_runs  # the check is off (or gone): a run of clean runs is all there is to go by
     streak = min(passes, mem.clean_runs)
     if streak >= needed:
         return Decision(node, Action.RESUME, f"{streak} consecutive clean runs (needed {needed})", reason, s.drain)
     return Decision(node, Action.KEEP, f"recovering: {streak} of {needed} clean runs before resume")
+
+
+def external_check(check: str) -> bool:
+    """A check of another hpckit tool (``bisect``), not of the health registry (``room.check``): only its
+    owner (or an admin) resumes what it drained, since no sweep ever runs it to see it pass."""
+    return bool(check) and "." not in check
 
 
 def with_enforce(outcome: Outcome, enforce: bool) -> Outcome:

@@ -13,7 +13,7 @@ from hpckit.results.derived import (
     tflops_per_gpu,
     tokens_per_second,
 )
-from hpckit.results.detect import KINDS, detect_kind
+from hpckit.results.kinds import KINDS, detect_kind
 from hpckit.results.model import Field, ParseError, ParseResult
 
 __all__ = [

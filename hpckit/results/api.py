@@ -1,52 +1,80 @@
-"""parse_text / parse_file: pick the parser for a kind (or detect it) and run it."""
+"""parse_text / parse_file: pick the reader for a kind (or detect it) and feed it the log in chunks."""
 
 from __future__ import annotations
 
 import gc
 import importlib
+import itertools
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
-from hpckit.results.detect import KINDS, detect_kind
+from hpckit.results import speed
+from hpckit.results.chunks import Chunk, file_chunks, text_chunks
+from hpckit.results.kinds import HEAD, KINDS, REGISTRY, detect_kind
 from hpckit.results.lines import excerpt
 from hpckit.results.model import ParseError, ParseResult
-from hpckit.results.nccl_json import parse_nccl_json
-from hpckit.results.nccl_text import parse_nccl_text
-from hpckit.results.sacct import parse_sacct_json, parse_sacct_text
-from hpckit.results.training import parse_pipe_log, parse_tqdm_log
 
-Parser = Callable[[str, str, str | None], ParseResult]
-
-_PARSERS: dict[str, Parser] = {
-    "nccl-tests": lambda t, s, c: parse_nccl_text(t, s, c),
-    "nccl-tests-json": lambda t, s, c: parse_nccl_json(t, s, c),
-    "nemo1": lambda t, s, c: parse_tqdm_log(t, s),
-    "nemo2": lambda t, s, c: parse_pipe_log(t, s, "nemo2"),
-    "megatron": lambda t, s, c: parse_pipe_log(t, s, "megatron"),
-    "sacct": lambda t, s, c: parse_sacct_text(t, s),
-    "sacct-json": lambda t, s, c: parse_sacct_json(t, s),
-}
-# a JSON document handed in under the name of its text sibling goes to the JSON parser
-_JSON_SIBLING = {"nccl-tests": "nccl-tests-json", "sacct": "sacct-json"}
+Chunks = Callable[[], Iterator[Chunk]]
 
 
-def parse_text(text: str, kind: str = "auto", source: str = "<text>", collective: str | None = None) -> ParseResult:
+def parse_text(
+    text: str, kind: str = "auto", source: str = "<text>", collective: str | None = None, exact: bool = False
+) -> ParseResult:
     """Parse a log held in memory.
 
     ``kind`` is one of KINDS or "auto"; ``source`` names the input in errors and warnings;
-    ``collective`` names the nccl-tests collective when the log itself does not.
+    ``collective`` names the nccl-tests collective when the log itself does not; ``exact``: only
+    the exact parsers (no fast path; see speed.py).
     Raises ParseError (never anything else) for input that cannot be read.
     """
-    kind = _resolve(text, kind, source)
+    return _parse(lambda: text_chunks(text, source), kind, source, collective, exact)
+
+
+def parse_file(path: Path, kind: str = "auto", collective: str | None = None, exact: bool = False) -> ParseResult:
+    """Parse a log file (UTF-8; undecodable bytes are replaced, not fatal), a chunk at a time."""
+    path = Path(path)
+    return _parse(lambda: file_chunks(path, str(path)), kind, str(path), collective, exact)
+
+
+def _parse(chunks: Chunks, kind: str, source: str, collective: str | None, exact: bool) -> ParseResult:
+    stream = chunks()
+    head = _head(stream)
+    kind = _resolve("".join(c.text for c in head)[:HEAD], kind, source)
     try:
-        with _gc_paused(), _small_pages():
-            result = _PARSERS[kind](text, source, collective)
+        with _gc_paused(), _small_pages(), speed.exact() if exact else nullcontext():
+            try:
+                return _read(kind, source, collective, itertools.chain(head, stream))
+            except speed.Declined:
+                # a fast path that reads the whole log (training steps) met a part it cannot
+                # read exactly: the exact parser reads the log again, from its start
+                with speed.exact():
+                    return _read(kind, source, collective, chunks())
     except ParseError:
         raise
     except (ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError) as exc:
         # a parser bug on odd input must still come out as a located, typed error
         raise ParseError(source, 1, "", f"cannot parse as {kind}: {type(exc).__name__}: {exc}") from exc
+
+
+def _head(stream: Iterator[Chunk]) -> list[Chunk]:
+    """The first chunks, at least HEAD characters of the log (or all of it): what detection reads."""
+    head: list[Chunk] = []
+    size = 0
+    for chunk in stream:
+        head.append(chunk)
+        size += len(chunk.text)
+        if size >= HEAD:
+            break
+    return head
+
+
+def _read(kind: str, source: str, collective: str | None, chunks: Iterator[Chunk]) -> ParseResult:
+    reader = REGISTRY[kind].reader(kind, source, collective)
+    for chunk in chunks:
+        reader.feed(chunk.text, chunk.first_line, chunk.lines)
+    result = reader.finish()
+    result.kind = kind
     return result
 
 
@@ -100,25 +128,17 @@ def _small_pages() -> Iterator[None]:
         _HUGEPAGES(before)
 
 
-def parse_file(path: Path, kind: str = "auto", collective: str | None = None) -> ParseResult:
-    """Parse a log file (UTF-8; undecodable bytes are replaced, not fatal)."""
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ParseError(str(path), 0, "", f"cannot read: {exc.strerror or exc}") from exc
-    return parse_text(data.decode("utf-8", errors="replace"), kind, str(path), collective)
-
-
-def _resolve(text: str, kind: str, source: str) -> str:
+def _resolve(head: str, kind: str, source: str) -> str:
+    """The kind to read as: detected from the head of the log for "auto"."""
     if kind == "auto":
-        found = detect_kind(text)
+        found = detect_kind(head)
         if found == "unknown":
-            first = next((ln for ln in text.splitlines() if ln.strip()), "")
+            first = next((ln for ln in head.splitlines() if ln.strip()), "")
             raise ParseError(source, 1, excerpt(first), f"cannot tell what this is; pass a kind ({', '.join(KINDS)})")
         return found
-    if kind not in _PARSERS:
+    if kind not in REGISTRY:
         raise ParseError(source, 0, "", f"unknown kind {kind!r}; known: auto, {', '.join(KINDS)}")
-    if kind in _JSON_SIBLING and text.lstrip().startswith("{"):
-        return _JSON_SIBLING[kind]
+    sibling = REGISTRY[kind].json_sibling
+    if sibling is not None and head.lstrip().startswith("{"):
+        return sibling  # a JSON document handed in under the name of its text sibling
     return kind

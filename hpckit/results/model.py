@@ -34,6 +34,8 @@ class ParseResult:
     meta: dict[str, object] = field(default_factory=dict)
     partial: bool = False
     warnings: list[str] = field(default_factory=list)
+    # the tool said its run failed (nccl-tests' "Test NCCL failure"): whatever rows came before
+    failed: bool = False
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,10 @@ METRIC_COLUMNS: tuple[Field, ...] = (
     Field("time_us", "us", r"time|cputime"),
     Field("algbw_gbps", "GB/s", r"algbw"),
     Field("busbw_gbps", "GB/s", r"busbw"),
-    Field("wrong", "elements", r"#?wrong|error"),
+    Field("wrong", "elements", r"#?wrong"),
+    # legacy builds print the largest relative error (a float, 2e-06), not a count of wrong values:
+    # a column of its own, or history would read a good run as one with wrong values
+    Field("max_error", "", r"error"),
     Field("iter_min_us", "us", r"i_min"),
     Field("iter_max_us", "us", r"i_max"),
     Field("iter_p99_us", "us", r"i_p99"),
@@ -33,7 +36,7 @@ TIMESTAMP_TOKEN = "timestamp"  # printed as two tokens in rows: "%Y-%m-%d %H:%M:
 GROUP_START = re.compile(r"time|cputime")
 PLACEMENTS = ("out", "in")
 # Columns that may legitimately read N/A (validation off) or be absent from a placement.
-NULLABLE = frozenset({"wrong", "iter_min_us", "iter_max_us", "iter_p99_us", "iter_cv_pct"})
+NULLABLE = frozenset({"wrong", "max_error", "iter_min_us", "iter_max_us", "iter_p99_us", "iter_cv_pct"})
 
 UNITS: dict[str, str] = {f.name: f.unit for f in (*KEY_COLUMNS, *METRIC_COLUMNS)}
 
@@ -160,6 +163,27 @@ def collective_of(binary: str) -> str | None:
 # All triggers in one regex: a `#` line costs one match, whatever its kind.
 _BY_EVENT = {rule.event: rule for rule in HEADER_RULES}
 _ANY_HEADER = re.compile(r"^#\s*(?:" + "|".join(f"(?P<{r.event}>{r.after_hash})" for r in HEADER_RULES) + ")")
+
+
+def triggers(rules: tuple[LineRule, ...]) -> tuple[str, tuple[str, ...]]:
+    """What the scan looks for after a line's "# ": the device rule's trigger (device lines come
+    by the hundred and are taken in blocks), and every other rule's with the column header's first
+    column.  All from the tables above: a rule added there is found by the scan, nothing else to
+    change."""
+    device = next(r.after_hash for r in rules if r.event == "device")
+    others = tuple(r.after_hash for r in rules if r.event != "device")
+    return device, (*others, KEY_COLUMNS[0].regex + r"\b")
+
+
+# Lines that only nccl-tests prints (for telling a log's kind from its head)
+NCCL_MARKERS = re.compile(
+    r"^(?:\s*\S*?:)?\s*#\s*(?:nThread\s+\d|nccl-tests version|Using devices|Avg bus bandwidth"
+    r"|Out of bounds values|\s*size\s+count\s+type\b)",
+    re.MULTILINE,
+)
+# A test that died says so (nccl-tests' common.h: "%s: Test NCCL failure %s:%d '%s'", "Test CUDA
+# failure", then " .. %s pid %d: Test failure %s:%d"; 1.x builds print "NCCL failure file.cu:95")
+FAILURE = re.compile(r"\bTest (?:NCCL |CUDA )?failure\b|\b(?:NCCL|CUDA) failure \S+\.cu:\d+")
 
 
 def classify_header(line: str) -> LineRule | None:

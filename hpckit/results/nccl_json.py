@@ -21,7 +21,6 @@ from hpckit.results.model import ParseError, ParseResult, Value
 from hpckit.results.nccl_fields import UNITS, collective_of
 from hpckit.results.nccl_text import FRAME_COLUMNS
 
-KIND = "nccl-tests-json"
 PLACEMENT_KEYS = (("out", "out_of_place"), ("in", "in_place"))
 # (frame column, JSON key of a placement object); "cpu_time" replaces "time" under -C 1
 METRIC_KEYS = (
@@ -46,7 +45,9 @@ CONFIG_KEYS = {
 }
 
 
-def parse_nccl_json(text: str, source: str = "<text>", collective: str | None = None) -> ParseResult:
+def parse_nccl_json(
+    text: str, kind: str = "nccl-tests-json", source: str = "<text>", collective: str | None = None
+) -> ParseResult:
     warnings: list[str] = []
     partial = False
     try:
@@ -63,7 +64,7 @@ def parse_nccl_json(text: str, source: str = "<text>", collective: str | None = 
     frame["collective"] = pd.Categorical([coll] * len(frame))
     meta["collective"] = coll
     meta["units"] = {k: v for k, v in UNITS.items() if k in frame.columns}
-    return ParseResult(KIND, frame, meta, partial, warnings)
+    return ParseResult(kind, frame, meta, partial, warnings)
 
 
 def _salvage(text: str, source: str, exc: json.JSONDecodeError) -> dict[str, object]:

@@ -1,14 +1,16 @@
-"""The lines of an nccl-tests log worth reading, found by Arrow kernels: what nccl_scan.SCAN finds.
+"""The lines of an nccl-tests log worth reading, found by Arrow kernels: what the scan regex of nccl_scan finds.
 
-SCAN (Python's regex engine) tries its alternatives at every line start: a run of result rows, a
+The scan regex (Python's regex engine) tries its alternatives at every line start: a run of result rows, a
 run of device lines, or one `#` line worth reading, each the first alternative whose line test
 passes, runs taken whole (greedy).  Here each line is tested for a row by RE2, and each distinct
 other line for the other kinds, with the same line tests (on ASCII text Python's `\\d` and `\\b`
 are RE2's), and the runs are cut by numpy: the same blocks, in the same order, at a fraction of
-the cost of a regex attempt per line in Python.  Text that is not ASCII gets None, and the caller runs SCAN.
+the cost of a regex attempt per line in Python.  Text that is not ASCII gets None, and the caller runs the scan regex.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -20,15 +22,22 @@ from hpckit.results.arrow_text import bool_mask, text_lines
 Match = tuple[str, str, int, int]
 
 
-def line_matches(
-    text: str, row: str, hash_start: str, device: str, hashed: str
-) -> tuple[list[Match], str | None] | None:
-    """SCAN's matches (kind, block, 1-based line number of its first line, count of lines), in
-    file order, from the line tests ``row``, ``device`` and ``hashed`` (regexes tried at a line's
-    start, each without its `.*` tail; ``hash_start``: what both of the last two begin with);
-    None for text that is not ASCII or a test RE2 cannot read.  With them, when rows are most of
-    the log: the other lines joined by newlines (else None), for searches that rows cannot hold
-    answers to."""
+@dataclass
+class Found:
+    """What the Arrow scan found in a chunk."""
+
+    matches: list[Match]
+    others: str | None  # the lines that are not rows joined, when rows are most of the text
+    failures: list[tuple[int, str]]  # (1-based line number, line) of the lines the failure test finds
+    newlines: int  # the text's count of "\n"
+
+
+def line_matches(text: str, row: str, hash_start: str, device: str, hashed: str, failure: str) -> Found | None:
+    """The scan regex's matches (kind, block, 1-based line number of its first line, count of
+    lines), in file order, from the line tests ``row``, ``device`` and ``hashed`` (regexes tried
+    at a line's start, each without its `.*` tail; ``hash_start``: what both of the last two begin
+    with), and the lines that are not rows where ``failure`` is found; None for text that is not
+    ASCII or a test RE2 cannot read."""
     if not text.isascii():
         return None  # Python's \d is Unicode there
     lines = text_lines(text)
@@ -45,6 +54,7 @@ def line_matches(
         # a device line is read as such even when the header test passes too
         is_header = hashed_start & bool_mask(pc.match_substring_regex(distinct, f"^(?:{hashed})")) & ~is_device
         devices, headers = others[is_device[codes]], others[is_header[codes]]
+        failed = others[bool_mask(pc.match_substring_regex(distinct, failure))[codes]]
     except pa.ArrowInvalid:
         return None  # RE2 cannot read a test after all
     offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset : lines.offset + len(lines) + 1]
@@ -52,8 +62,9 @@ def line_matches(
     starts = offsets[:-1] + np.arange(len(lines))
     ends = offsets[1:] + np.arange(len(lines))
     matches = _in_order(text, starts, ends, np.flatnonzero(rows), devices, headers)
+    failures = [(int(i) + 1, text[starts[i] : ends[i]]) for i in failed.tolist()]
     # (the rows are most of a long run's log: the other lines are then searched alone)
-    return matches, _joined(rest) if len(others) <= len(lines) // 2 else None
+    return Found(matches, _joined(rest) if len(others) <= len(lines) // 2 else None, failures, len(lines) - 1)
 
 
 def _joined(lines: pa.Array) -> str:

@@ -19,9 +19,8 @@ import pyarrow.compute as pc
 from hpckit.results.model import NA_TOKENS, Field
 from hpckit.results.nccl_fields import NULLABLE
 
-# str.split cuts at these too; Arrow's ASCII split does not (the first four), pandas' C reader
-# none of them
-_OTHER_BLANKS = "\x1c\x1d\x1e\x1f\x0b\x0c"
+# str.split cuts at these too; Arrow's ASCII split does not
+_OTHER_BLANKS = "\x1c\x1d\x1e\x1f"
 _NA = pa.array(sorted(NA_TOKENS), pa.large_string())
 # N/A tokens that no float cast reads: a column holding one goes to the N/A path at once (a cast
 # that fails part way costs several times one that succeeds)
@@ -30,8 +29,8 @@ Column = object  # numpy array or pandas Categorical
 
 
 def unsplittable(pieces: list[str]) -> bool:
-    """Whether the rows hold characters that str.split cuts at and the bulk readers do not (or
-    non-ASCII text, whose Unicode blanks the same holds for)."""
+    """Whether the rows hold characters that str.split cuts at and Arrow does not (or non-ASCII
+    text, whose Unicode blanks the same holds for)."""
     return any(not piece.isascii() or any(c in piece for c in _OTHER_BLANKS) for piece in pieces)
 
 
@@ -41,8 +40,8 @@ BLOCK_CHARS = 4_000_000
 
 
 def plain(text: str) -> bool:
-    """Whether the text is ASCII without "\\r" or the blanks above: then so is every row in it."""
-    return text.isascii() and not any(c in text for c in _OTHER_BLANKS + "\r")
+    """Whether the text is ASCII without the blanks above: then so is every row in it."""
+    return text.isascii() and not any(c in text for c in _OTHER_BLANKS)
 
 
 def row_columns(pieces: list[str], fields: list[Field], rows: int) -> list[Column] | None:

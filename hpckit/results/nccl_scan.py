@@ -13,11 +13,21 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from hpckit.results import speed
 from hpckit.results.lines import PREFIX_RE, excerpt, strip_prefix
 from hpckit.results.model import Value
-from hpckit.results.nccl_fields import BINARY, NCCL_VERSION, LineRule, classify_header
+from hpckit.results.nccl_fields import (
+    BINARY,
+    FAILURE,
+    HEADER_RULES,
+    NCCL_VERSION,
+    LineRule,
+    classify_header,
+    triggers,
+)
 from hpckit.results.nccl_lines import Match, line_matches
 from hpckit.results.nccl_table import Schema, schema_from_header
+from hpckit.results.re2 import re2_ascii
 
 # launcher prefix (see lines.PREFIX_RE), row, device line and the `#` lines worth reading
 _PREFIX = r"(?:\[\d+,\d+\]<std(?:out|err)>:|\[default\d+\]:|[ \t]*\d+:[ \t]?)"
@@ -29,15 +39,39 @@ _NUMBER_FIRST = r"[ \t]*\d[\d.eE+-]*[ \t]"
 # each line test, then `.*` to the end of its line
 _ROW_TEST = rf"(?:{_NUMBER_FIRST}|{_PREFIX}{_NUMBER_FIRST})"
 _HASH_START = _P + r"[ \t]*#"
-_DEVICE_TEST = _HASH_START + r"[ \t]*Rank[ \t]"
-_HASH_TEST = _HASH_START + r"[ \t]*(?:nThread|nccl-tests|Collective|size\b|Out of|Avg|Writing|error:|GPU memory)"
-_ROW, _DEVICE, _HASH = _ROW_TEST + ".*", _DEVICE_TEST + ".*", _HASH_TEST + ".*"
-# The lookahead is what every alternative needs (after a prefix: a digit or "#"): most noise lines
-# (NCCL INFO, tagged or not) fail it once instead of failing each alternative in turn.
-_GATE = rf"(?={_P}[ \t]*[#\d])"
-SCAN = re.compile(
-    rf"\n{_GATE}(?:(?P<rows>{_ROW}(?:\n{_ROW})*)|(?P<devices>{_DEVICE}(?:\n{_DEVICE})*)|(?P<hash>{_HASH}))"
-)
+
+
+def _within_line(trigger: str) -> str:
+    """A trigger that cannot run past its line in the scan regex, which reads the text whole (the Arrow scan
+    tests one line at a time, where \\s never meets a newline)."""
+    return trigger.replace(r"\s", r"[^\S\n]")
+
+
+@dataclass(frozen=True)
+class LineTests:
+    """The line tests of the scan, built from the header rules: ``scan`` for Python's engine (any
+    text), ``re2`` (row, `#` start, device, header; None when RE2 cannot spell one) for Arrow's."""
+
+    scan: re.Pattern[str]
+    re2: tuple[str, str, str, str, str] | None
+
+
+def line_tests(rules: tuple[LineRule, ...]) -> LineTests:
+    device, hashed = triggers(rules)
+    device_test = _HASH_START + rf"[ \t]*(?:{device})"
+    hash_test = _HASH_START + r"[ \t]*(?:" + "|".join(hashed) + ")"
+    row, dev, hsh = (_within_line(t) + ".*" for t in (_ROW_TEST, device_test, hash_test))
+    # The lookahead is what every alternative needs (after a prefix: a digit or "#"): most noise
+    # lines (NCCL INFO, tagged or not) fail it once instead of failing each alternative in turn.
+    gate = rf"(?={_P}[ \t]*[#\d])"
+    scan = re.compile(rf"\n{gate}(?:(?P<rows>{row}(?:\n{row})*)|(?P<devices>{dev}(?:\n{dev})*)|(?P<hash>{hsh}))")
+    spelt = [re2_ascii(t) for t in (_ROW_TEST, _HASH_START, device_test, hash_test, FAILURE.pattern)]
+    re2 = None if any(t is None for t in spelt) else (spelt[0], spelt[1], spelt[2], spelt[3], spelt[4])
+    return LineTests(scan, re2)  # type: ignore[arg-type]
+
+
+TESTS = line_tests(HEADER_RULES)
+_ROW_START = re.compile(_ROW_TEST)
 _STARTERS = frozenset({"version", "start", "params"})
 _FOOTERS = frozenset({"oob", "avg", "end"})
 _RANK0 = re.compile(r"#\s*Rank\s+0\b")
@@ -62,9 +96,11 @@ class Run:
     info: dict[str, Value] = field(default_factory=dict)
     device_lines: list[str] = field(default_factory=list)
     schema: Schema | None = None
-    chunks: list[Chunk] = field(default_factory=list)
+    assumed: Schema | None = None  # the layout read from the width of a row before any header
+    chunks: list[Chunk] = field(default_factory=list)  # rows not yet parsed
     nrows: int = 0
     finished: bool = False
+    last_row: tuple[int, str] = (0, "")  # (line number, text) of the run's last row
 
     def starts_anew(self, event: str) -> bool:
         """Whether a header line of kind ``event`` belongs to a new run rather than this one."""
@@ -96,6 +132,10 @@ class Scan:
     interleaved: bool = False
     last_row_line: int = 0
     warnings: list[str] = field(default_factory=list)
+    failures: list[tuple[int, str]] = field(default_factory=list)  # (line number, line)
+    pending: list[Run] = field(default_factory=list)  # runs with rows not yet parsed
+    last_line: tuple[int, str] = (0, "")  # the last line that is not blank
+    first_line: tuple[int, str] = (1, "")  # the first line that is not blank (for errors)
 
     def new_run(self, tag: int, lineno: int) -> Run:
         run = Run(len(self.runs), tag, lineno)
@@ -109,35 +149,83 @@ class Scan:
 
 
 def scan(text: str, source: str) -> Scan:
-    """Runs, header values and row blocks of an nccl-tests log (rows are parsed later, in bulk)."""
+    """Runs, header values and row blocks of a whole nccl-tests log (rows are parsed later)."""
     sc = Scan(source)
-    found = line_matches(text, _ROW_TEST, _HASH_START, _DEVICE_TEST, _HASH_TEST)
-    matches, others = (None, None) if found is None else found
-    for kind, block, lineno, nlines in _scan_matches(text) if matches is None else matches:
-        if kind == "rows":
-            _rows(sc, block, lineno, nlines)
-        elif kind == "devices":
-            _devices(sc, block, lineno)
-        else:
-            _header_line(sc, lineno, *_header(block))
-    _versions(sc, text)
-    # binary names: rows hold none when they hold no "_": then the other lines are searched alone
-    no_rows = others is not None and not any("_" in c.text for r in sc.runs for c in r.chunks)
-    _binaries(sc, others if no_rows and others is not None else text)
+    scan_chunk(sc, text, 1)
     return sc
 
 
-def _scan_matches(text: str) -> Iterator[Match]:
-    """SCAN's matches by Python's regex engine (any text): what nccl_lines finds on ASCII text."""
+def scan_chunk(sc: Scan, text: str, first_line: int, lines: int | None = None) -> None:
+    """Add a chunk of whole lines (its first line numbered ``first_line``; ``lines``: its count of
+    newlines, when the caller knows it) to the scan."""
+    tests = TESTS.re2
+    found = None if tests is None else speed.attempt("nccl-scan", lambda: line_matches(text, *tests))
+    offset = first_line - 1
+    for kind, block, lineno, nlines in _scan_matches(text, TESTS.scan) if found is None else found.matches:
+        if kind == "rows":
+            _rows(sc, block, lineno + offset, nlines)
+        elif kind == "devices":
+            _devices(sc, block, lineno + offset)
+        else:
+            _header_line(sc, lineno + offset, *_header(block))
+    if sc.nccl_version is None:
+        _versions(sc, text)
+    # binary names: rows hold none when they hold no "_": then the other lines are searched alone
+    others = None if found is None else found.others
+    no_rows = others is not None and not any("_" in c.text for r in sc.pending for c in r.chunks)
+    _binaries(sc, others if no_rows and others is not None else text)
+    failures = _failures(text) if found is None else found.failures
+    sc.failures.extend((n + offset, line.strip()) for n, line in failures)
+    if lines is None:
+        lines = text.count("\n") if found is None else found.newlines
+    _last_line(sc, text, first_line, lines)
+
+
+def _scan_matches(text: str, scan: re.Pattern[str]) -> Iterator[Match]:
+    """The scan's matches by Python's regex engine (any text): what nccl_lines finds on ASCII text."""
     padded = "\n" + text  # every line, the first included, now follows a newline
     lineno, counted = 0, 0
-    for m in SCAN.finditer(padded):
+    for m in scan.finditer(padded):
         start = m.start()
         lineno += padded.count("\n", counted, start + 1)
         counted = start + 1
         kind = m.lastgroup or "hash"
         block = m.group(kind)
         yield kind, block, lineno, block.count("\n") + 1
+
+
+def _failures(text: str) -> list[tuple[int, str]]:
+    """(line number in the chunk, line) where a test says it failed, as the Arrow scan finds them:
+    lines that are not result rows (searched for the word first: most logs have none)."""
+    found = []
+    at = text.find("failure")
+    while at >= 0:
+        start = text.rfind("\n", 0, at) + 1
+        end = text.find("\n", at)
+        end = len(text) if end < 0 else end
+        line = text[start:end]
+        if FAILURE.search(line) and not _ROW_START.match(line):
+            found.append((text.count("\n", 0, start) + 1, line))
+        at = text.find("failure", end)
+    return found
+
+
+def _last_line(sc: Scan, text: str, first_line: int, lines: int) -> None:
+    """The log's first and last lines that are not blank (for errors, and a row cut to one field
+    is seen only on the last line); found from the ends, without a copy of the chunk."""
+    end = len(text)
+    while end and text[end - 1].isspace():
+        end -= 1
+    if not end:
+        return
+    if not sc.first_line[1]:
+        at = 0
+        while text[at].isspace():
+            at += 1
+        stop = text.find("\n", at)
+        sc.first_line = (first_line + text.count("\n", 0, at), text[at : len(text) if stop < 0 else stop])
+    start = text.rfind("\n", 0, end) + 1
+    sc.last_line = (first_line + lines - text.count("\n", start), text[start:end])
 
 
 # ---------------------------------------------------------------- blocks
@@ -167,8 +255,11 @@ def _split_by_tag(block: str, lineno: int, nlines: int) -> list[tuple[int, int, 
 def _rows(sc: Scan, block: str, lineno: int, nlines: int) -> None:
     for tag, first, text, count in _split_by_tag(block, lineno, nlines):
         run = sc.current.get(tag) or (sc.runs[-1] if sc.runs else None) or sc.new_run(tag, first)
+        if not run.chunks:
+            sc.pending.append(run)
         run.chunks.append(Chunk(text, first, count))
         run.nrows += count
+        run.last_row = (first + count - 1, text[text.rfind("\n") + 1 :])
         sc.last_row_line = max(sc.last_row_line, first + count - 1)
 
 

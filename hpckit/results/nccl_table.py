@@ -1,25 +1,23 @@
 """The nccl-tests result table: a column schema read from the header, and rows parsed against it.
 
-Rows are parsed in bulk by pandas' C reader (split on runs of blanks, never fixed columns); when anything
-looks off (a short row, a token that is not a number) the block is re-read row by row in Python,
-which is the reference behaviour and says which line is wrong.
+Long blocks of rows are read by Arrow kernels (nccl_rows: split on runs of blanks, never fixed
+columns); when anything looks off (a short row, a token that is not a number) the block is read
+row by row in Python, which is the reference behaviour and says which line is wrong.
 """
 
 from __future__ import annotations
 
-import csv
 import math
 import re
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
 
-from hpckit.results.model import NA_TOKENS, Field
+from hpckit.results import speed
+from hpckit.results.model import Field
 from hpckit.results.nccl_fields import (
     GROUP_START,
     KEY_COLUMNS,
@@ -51,7 +49,7 @@ class Schema:
 
     @property
     def last_group_width(self) -> int:
-        """Tokens in a row that has only its last placement (nccl-tests' trace-replay mode)."""
+        """Tokens in a row that has only its last placement (the first one printed blank)."""
         return len(self.keys) + len(self.groups[-1]) + (2 if self.timestamp else 0)
 
     def token_fields(self) -> list[Field]:
@@ -122,35 +120,16 @@ class RowError(ValueError):
 
 def parse_rows(schema: Schema, text: str | list[str], linenos: np.ndarray, plain: bool = False) -> Block:
     """Parse table rows (one per line of ``text``, or of its pieces joined by newlines, line
-    numbers alongside); the fast bulk path first, the exact row-by-row path when the bulk read
-    looks off.  ``plain``: the caller knows the text to be ASCII, without "\\r" or the blanks
-    below (one test of the whole log rather than one per piece)."""
+    numbers alongside): by Arrow kernels when the block is long enough to pay for them and they
+    read it exactly, else (or in exact mode) row by row, which says which line is wrong.
+    ``plain``: the caller knows the text to be ASCII without the blanks that only str.split cuts
+    at (one test of the whole log rather than one per piece)."""
     pieces = [text] if isinstance(text, str) else text
-    # blanks that str.split cuts at and neither bulk reader does (pandas': spaces and tabs only),
-    # or non-ASCII text (Unicode blanks): the exact path reads those
-    if len(linenos) >= FAST_MIN_ROWS and (plain or not unsplittable(pieces)):
-        cr = not plain and any("\r" in piece for piece in pieces)
-        block = None if cr else _parse_arrow(schema, pieces, linenos)
-        if block is None:
-            try:
-                body = _stripped("\n".join(pieces)).encode() if cr else _joined(pieces)
-            except ValueError:  # a lone surrogate: no UTF-8 for it, the exact path reads the str
-                body = b""
-            block = _parse_bulk(schema, body, linenos) if body else None
+    if speed.worth(len(linenos), FAST_MIN_ROWS) and (plain or not unsplittable(pieces)):
+        block = speed.attempt("nccl-rows", lambda: _parse_arrow(schema, pieces, linenos))
         if block is not None:
             return block
     return _parse_slow(schema, _stripped("\n".join(pieces)).split("\n"), linenos.tolist())
-
-
-def _joined(pieces: list[str]) -> pa.Buffer:
-    """The pieces joined by newlines, as UTF-8, made by Arrow: its pool keeps its pages between
-    calls, where a Python string and its bytes this size would be fresh pages (page faults)
-    every time."""
-    rows = pa.LargeListArray.from_arrays(
-        pa.array([0, len(pieces)], type=pa.int64()), pa.array(pieces, pa.large_string())
-    )
-    joined: pa.Buffer = pc.binary_join(rows, pa.scalar("\n", pa.large_string()))[0].as_buffer()
-    return joined
 
 
 def _stripped(text: str) -> str:
@@ -160,11 +139,8 @@ def _stripped(text: str) -> str:
     return text
 
 
-# ---------------------------------------------------------------- bulk path (pandas C reader)
-
-
 def _parse_arrow(schema: Schema, pieces: list[str], linenos: np.ndarray) -> Block | None:
-    """The rows read by Arrow kernels (nccl_rows), or None (then pandas' C reader tries)."""
+    """The rows read by Arrow kernels (nccl_rows), or None."""
     if schema.timestamp:
         return None
     fields = schema.token_fields()
@@ -173,37 +149,6 @@ def _parse_arrow(schema: Schema, pieces: list[str], linenos: np.ndarray) -> Bloc
     except ValueError:  # a lone surrogate (no UTF-8 for it)
         return None
     return None if columns is None else _block_from_columns(schema, fields, columns, linenos)
-
-
-def _parse_bulk(schema: Schema, body: pa.Buffer | bytes, linenos: np.ndarray) -> Block | None:
-    fields = schema.token_fields()
-    width = schema.width
-    # text columns (type, redop) come out categorical: few values, many rows
-    dtype: dict[Hashable, str] = {i: "category" for i, f in enumerate(fields) if f.kind == "str"}
-    if schema.timestamp:
-        dtype.update({width - 2: "object", width - 1: "object"})
-    na: dict[Hashable, list[str]] = {i: sorted(NA_TOKENS) for i, f in enumerate(fields) if f.kind != "str"}
-    try:
-        # pandas-stubs want str keys for na_values; positional keys are what header=None gives
-        # bytes: the C reader then skips its own decoding of a text stream (~20% faster)
-        df = pd.read_csv(  # type: ignore[call-overload]
-            pa.BufferReader(body),
-            # blanks (spaces, tabs) around and between tokens, as str.split sees them; the C
-            # reader's own whitespace splitter needs no stripping of padded rows first
-            sep=r"\s+",
-            header=None,
-            dtype=dtype,
-            na_values=na,
-            keep_default_na=False,
-            quoting=csv.QUOTE_NONE,
-            engine="c",
-        )
-    except (ValueError, pd.errors.ParserError):
-        return None
-    if df.shape != (len(linenos), width):
-        return None
-    columns = [df[i].array if dtype.get(i) == "category" else df[i].to_numpy() for i in range(width)]
-    return _block_from_columns(schema, fields, columns, linenos)
 
 
 def _block_from_columns(
@@ -270,7 +215,7 @@ def _parse_slow(schema: Schema, rows: list[str], linenos: list[int]) -> Block:
     bad: list[tuple[int, str, str]] = []
     for i, (row, lineno) in enumerate(zip(rows, linenos, strict=True)):
         try:
-            keys, groups, stamp = _parse_row(schema, fields, row.split())
+            keys, groups, stamp = _parse_row(schema, fields, row)
         except RowError as exc:
             bad.append((lineno, row, str(exc)))
             continue
@@ -311,36 +256,69 @@ def _block_from_lists(
     return Block(lines, np.arange(len(good)), keys, metrics, mask, stamps if schema.timestamp else None, bad)
 
 
-def _parse_row(
-    schema: Schema, fields: list[Field], tokens: list[str]
-) -> tuple[list[object], list[list[float] | None], str]:
-    n = len(tokens)
+def _parse_row(schema: Schema, fields: list[Field], row: str) -> tuple[list[object], list[list[float] | None], str]:
+    tokens = row.split()
     stamp = ""
     if schema.timestamp:
-        if n < 2:
-            raise RowError(f"expected {schema.width} fields, found {n}")
+        if len(tokens) < 2:
+            raise RowError(f"expected {schema.width} fields, found {len(tokens)}")
         stamp = f"{tokens[-2]} {tokens[-1]}"
         tokens = tokens[:-2]
-        n -= 2
         if not _looks_like_timestamp(stamp):
             raise RowError(f"expected a timestamp at the end, found {stamp!r}")
     nkeys = len(schema.keys)
-    if n == schema.width - (2 if schema.timestamp else 0):
-        group_tokens: list[list[str] | None] = []
-        pos = nkeys
-        for group in schema.groups:
-            group_tokens.append(tokens[pos : pos + len(group)])
-            pos += len(group)
-    elif len(schema.groups) > 1 and n == schema.last_group_width - (2 if schema.timestamp else 0):
-        # out-of-place left blank (trace replay prints in-place only)
-        group_tokens = [None] * (len(schema.groups) - 1) + [tokens[nkeys:]]
-    else:
-        raise RowError(f"expected {schema.width} fields as the header says, found {len(tokens)}")
-    keys = [_value(f, tok) for f, tok in zip(fields[:nkeys], tokens[:nkeys], strict=True)]
+    tokens = _blank_redop(schema, tokens)
+    keys = [_value(f, tok) for f, tok in zip(fields[:nkeys], tokens[:nkeys], strict=False)]
     groups: list[list[float] | None] = []
-    for group, toks in zip(schema.groups, group_tokens, strict=True):
+    for group, toks in zip(schema.groups, _group_tokens(schema, tokens, row), strict=True):
         groups.append(None if toks is None else [_metric(f, t) for f, t in zip(group, toks, strict=True)])
     return keys, groups, stamp
+
+
+def _blank_redop(schema: Schema, tokens: list[str]) -> list[str]:
+    """Legacy builds print an empty redop for collectives without one (alltoall): the row is a
+    token short, a number where the redop goes.  It reads as "none", what later builds print."""
+    names = [f.name for f in schema.keys]
+    stamp = 2 if schema.timestamp else 0
+    if "redop" not in names or len(tokens) != schema.width - stamp - 1:
+        return tokens
+    at = names.index("redop")
+    if 0 < at < len(tokens) and tokens[at][:1].isdigit() and not tokens[at - 1][:1].isdigit():
+        return [*tokens[:at], "none", *tokens[at:]]
+    return tokens
+
+
+def _group_tokens(schema: Schema, tokens: list[str], row: str) -> list[list[str] | None]:
+    """Each placement's tokens; None for a placement printed blank."""
+    nkeys = len(schema.keys)
+    n = len(tokens)
+    stamp = 2 if schema.timestamp else 0
+    if n == schema.width - stamp:
+        out: list[list[str] | None] = []
+        pos = nkeys
+        for group in schema.groups:
+            out.append(tokens[pos : pos + len(group)])
+            pos += len(group)
+        return out
+    if len(schema.groups) > 1 and n == schema.last_group_width - stamp and _blank_group(row, tokens, nkeys):
+        # the first placement printed as blanks (mscclpp-test's alltoall leaves in-place empty)
+        return [None] * (len(schema.groups) - 1) + [tokens[nkeys:]]
+    if len(schema.groups) > 1 and n == schema.last_group_width - stamp:
+        raise RowError(f"the row ends after its first placement's {len(schema.groups[0])} fields (cut?)")
+    raise RowError(f"expected {schema.width} fields as the header says, found {n}")
+
+
+BLANK_GROUP = 20  # blanks where a placement would be: wider than any gap between two printed fields
+
+
+def _blank_group(row: str, tokens: list[str], nkeys: int) -> bool:
+    """Whether the row leaves a placement blank before its metrics (a gap no field width makes),
+    rather than stopping after its first placement (a row cut by a crash)."""
+    end = 0
+    for token in tokens[:nkeys]:
+        end = row.index(token, end) + len(token)
+    gap = len(row) - end - len(row[end:].lstrip())
+    return gap >= BLANK_GROUP
 
 
 def _value(f: Field, token: str) -> object:

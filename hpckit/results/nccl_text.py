@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import numpy as np
 import pandas as pd
 
-from hpckit.results.lines import excerpt, split_lines
+from hpckit.results.lines import excerpt, strip_prefix
+from hpckit.results.memory import release
 from hpckit.results.model import ParseError, ParseResult
 from hpckit.results.nccl_fields import UNITS, collective_of
 from hpckit.results.nccl_rows import plain
-from hpckit.results.nccl_scan import Chunk, Run, Scan, scan
+from hpckit.results.nccl_scan import Chunk, Run, Scan, scan_chunk
 from hpckit.results.nccl_table import Block, Column, Schema, default_schema, parse_rows
 
-KIND = "nccl-tests"
 FRAME_COLUMNS = [
     "run",
     "collective",
@@ -29,14 +30,63 @@ FRAME_COLUMNS = [
     "busbw_gbps",
     "wrong",
 ]
-# ---------------------------------------------------------------- from scan to result
+KEEP_FAILURES = 20  # failure lines kept in meta (a 512-rank job may print one per rank)
 
 
-def parse_nccl_text(text: str, source: str = "<text>", collective: str | None = None) -> ParseResult:
-    sc = scan(text, source)
-    if not any(r.nrows for r in sc.runs):
-        return _no_rows(sc, text)
-    frame, partial = _frame(sc, plain(text))
+class NcclReader:
+    """nccl-tests text fed a chunk at a time: each chunk is scanned and its rows parsed at once,
+    so that only the columns of the rows stay (not the text they came from)."""
+
+    def __init__(self, kind: str, source: str, collective: str | None) -> None:
+        self.kind, self.collective = kind, collective
+        self.sc = Scan(source)
+        self.parts: list[dict[str, Column]] = []
+        self.bad: list[tuple[int, str, str, int]] = []  # (line number, line, why, run index)
+
+    def feed(self, text: str, first_line: int, lines: int | None = None) -> None:
+        scan_chunk(self.sc, text, first_line, lines)
+        self._parse_pending(plain(text))
+
+    def finish(self) -> ParseResult:
+        sc = self.sc
+        for run in sc.runs:
+            run.schema = run.schema or run.assumed
+        _cut_last_line(sc, self.bad)
+        if not any(r.nrows for r in sc.runs):
+            return _no_rows(self.kind, sc)
+        partial = _bad_rows(sc, self.bad)
+        if not self.parts:  # every row was a bad last row
+            return _no_rows(self.kind, sc)
+        frame = _concat(self.parts)
+        self.parts = []
+        return _result(self.kind, sc, frame, partial, self.collective)
+
+    def _parse_pending(self, plain: bool) -> None:
+        """The rows the scan found since the last call, runs sharing a layout in one go."""
+        groups: dict[int, tuple[Schema, list[Run]]] = {}  # by identity: equal headers share a Schema
+        for run in sorted(self.sc.pending, key=lambda r: r.index):
+            schema = _schema_of(self.sc, run)
+            groups.setdefault(id(schema), (schema, []))[1].append(run)
+        parts = []
+        for schema, runs in groups.values():
+            chunks = [(run.index, c) for run in runs for c in run.chunks]
+            linenos, owner = _numbering(chunks)
+            block = parse_rows(schema, [c.text for _, c in chunks], linenos, plain)
+            if block.bad:
+                run_of = dict(zip(linenos.tolist(), owner.tolist(), strict=True))
+                self.bad.extend((n, line, why, run_of[n]) for n, line, why in block.bad)
+            if len(block.lines):
+                parts.append(_melt(block, schema, owner[block.index]))
+        # a chunk's layouts merged in file order now, while small: the parts of a whole log then
+        # follow each other and need no sort (one that would cost a few columns of memory)
+        if parts:
+            self.parts.append(_merged(parts, trim=False) if len(parts) > 1 else parts[0])
+        for run in self.sc.pending:
+            run.chunks.clear()
+        self.sc.pending.clear()
+
+
+def _result(kind: str, sc: Scan, frame: pd.DataFrame, partial: bool, collective: str | None) -> ParseResult:
     meta = _meta(sc)
     coll = collective or _guess_collective(sc)
     _fill_collective(frame, sc, coll)
@@ -45,28 +95,47 @@ def parse_nccl_text(text: str, source: str = "<text>", collective: str | None = 
     if independent:
         frame = _split_independent(frame, sc, independent, meta)
     partial |= _unfinished(sc)
+    failed = _failed(sc, meta)
     meta["units"] = {k: v for k, v in UNITS.items() if k in frame.columns}
-    return ParseResult(KIND, frame, meta, partial, sc.warnings)
+    return ParseResult(kind, frame, meta, partial or failed, sc.warnings, failed)
 
 
-def _no_rows(sc: Scan, text: str) -> ParseResult:
-    if not sc.runs:
-        lines = split_lines(text)
-        first = next((i for i, ln in enumerate(lines, 1) if ln.strip()), 1)
+def _failed(sc: Scan, meta: dict[str, object]) -> bool:
+    """A test that printed "Test NCCL failure" (or CUDA) failed, whatever rows came before."""
+    if not sc.failures:
+        return False
+    lineno, line = sc.failures[0]
+    more = f" ({len(sc.failures) - 1} more failure lines)" if len(sc.failures) > 1 else ""
+    sc.warnings.append(f"line {lineno}: the test failed: {excerpt(line)}{more}")
+    meta["failures"] = [f"{n}: {text}" for n, text in sc.failures[:KEEP_FAILURES]]
+    return True
+
+
+def _no_rows(kind: str, sc: Scan) -> ParseResult:
+    if not sc.runs and not sc.failures:
+        lineno, line = sc.first_line
         raise ParseError(
             sc.source,
-            first,
-            excerpt(lines[first - 1]) if lines else "",
+            lineno,
+            excerpt(line),
             "no nccl-tests output found (no '# nThread' header, column header or result row)",
         )
-    sc.warnings.append("no result rows: the test printed its header but no measurements (crashed?)")
+    if not sc.failures and not any(r.nrows for r in sc.runs):
+        sc.warnings.append("no result rows: the test printed its header but no measurements (crashed?)")
     frame = pd.DataFrame({c: pd.Series(dtype="float64") for c in FRAME_COLUMNS})
-    return ParseResult(KIND, frame, _meta(sc), True, sc.warnings)
+    meta = _meta(sc)
+    failed = _failed(sc, meta)
+    return ParseResult(kind, frame, meta, True, sc.warnings, failed)
 
 
 def _schema_of(sc: Scan, run: Run) -> Schema:
+    """The run's layout: its header's, or, for rows before any header, the known layout of their
+    width.  (That one is kept apart from the header's until the end, so that the scan of the lines
+    after does not depend on where the chunks were cut.)"""
     if run.schema is not None:
         return run.schema
+    if run.assumed is not None:
+        return run.assumed
     first_row = run.chunks[0].text.split("\n", 1)[0]
     width = len(first_row.split())
     schema = default_schema(width)
@@ -77,31 +146,11 @@ def _schema_of(sc: Scan, run: Run) -> Schema:
             excerpt(first_row),
             f"result row before any column header, and {width} fields match no known nccl-tests layout",
         )
-    run.schema = schema
+    run.assumed = schema
     sc.warnings.append(
         f"line {run.chunks[0].first_line}: no column header before the rows; assumed the {width}-field layout"
     )
     return schema
-
-
-def _frame(sc: Scan, plain: bool) -> tuple[pd.DataFrame, bool]:
-    """All runs' rows in one frame; runs sharing a column layout are parsed in one go."""
-    # keyed by identity: equal headers share one cached Schema, and hashing one is not cheap
-    groups: dict[int, tuple[Schema, list[Run]]] = {}
-    for run in sc.runs:
-        if run.nrows:
-            schema = _schema_of(sc, run)
-            groups.setdefault(id(schema), (schema, []))[1].append(run)
-    parts: list[dict[str, Column]] = []
-    partial = False
-    for schema, runs in groups.values():
-        chunks = [(run.index, c) for run in runs for c in run.chunks]
-        linenos, owner = _numbering(chunks)
-        block = parse_rows(schema, [c.text for _, c in chunks], linenos, plain)
-        if block.bad:
-            partial |= _bad_rows(sc, block, dict(zip(linenos.tolist(), owner.tolist(), strict=True)))
-        parts.append(_melt(block, schema, owner[block.index]))
-    return _concat(parts), partial
 
 
 def _numbering(chunks: list[tuple[int, Chunk]]) -> tuple[np.ndarray, np.ndarray]:
@@ -115,16 +164,41 @@ def _numbering(chunks: list[tuple[int, Chunk]]) -> tuple[np.ndarray, np.ndarray]
     return linenos, owner
 
 
-def _bad_rows(sc: Scan, block: Block, run_of_line: dict[int, int]) -> bool:
-    """A bad last row of an unfinished output is truncation (partial); anywhere else, an error."""
+def _bad_rows(sc: Scan, bad: list[tuple[int, str, str, int]]) -> bool:
+    """A bad last row of a run that never finished is where its output stopped (truncated, or cut
+    by a failure): partial.  Anywhere else it is an error."""
     truncated = False
-    for lineno, line, why in block.bad:
-        if lineno == sc.last_row_line and not sc.runs[run_of_line[lineno]].finished:
+    for lineno, line, why, index in sorted(bad):
+        run = sc.runs[index]
+        if lineno == run.last_row[0] and not run.finished:
             sc.warnings.append(f"line {lineno}: last row is incomplete (truncated output): {why}")
             truncated = True
             continue
         raise ParseError(sc.source, lineno, excerpt(line), f"malformed result row: {why}")
     return truncated
+
+
+def _cut_last_line(sc: Scan, bad: list[tuple[int, str, str, int]]) -> None:
+    """A log that stops inside a row's first field leaves one number on its last line, which no
+    line test takes for a row: it is the unfinished run's last row, cut."""
+    lineno, raw = sc.last_line
+    line, tag = strip_prefix(raw)
+    run = sc.current.get(tag) or (sc.runs[-1] if sc.runs else None)
+    token = line.strip()
+    if run is None or run.finished or not run.nrows or lineno <= run.last_row[0] or " " in token:
+        return
+    if token and token[0].isdigit() and _is_number(token):
+        run.last_row = (lineno, line)
+        run.nrows += 1
+        bad.append((lineno, line, "cut after its first field", run.index))
+
+
+def _is_number(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
 
 
 _TEXT_KEYS = ("type", "redop")
@@ -149,13 +223,20 @@ def _melt(block: Block, schema: Schema, runs: np.ndarray) -> dict[str, Column]:
     cols["placement"] = pd.Categorical.from_codes(codes, categories=pd.Index(list(schema.placements)))
     for name in dict.fromkeys(k for g in block.metrics for k in g):
         # (a filler made only where a group lacks the metric: these are columns of every row)
-        groups = [g[name] if name in g else np.full(n, np.nan) for g in block.metrics]
+        groups = [_owned(g[name]) if name in g else np.full(n, np.nan) for g in block.metrics]
         cols[name] = Interleaved(groups) if everywhere else np.column_stack(groups).ravel()[present]
     if block.timestamps is not None:
         stamps = pd.to_datetime(pd.Series(block.timestamps), format="%Y-%m-%d %H:%M:%S", errors="coerce")
         cols["timestamp"] = np.repeat(stamps.to_numpy(dtype="datetime64[s]"), p)[keep]
     cols["line"] = np.repeat(block.lines, p)[keep]
     return cols
+
+
+def _owned(values: np.ndarray) -> np.ndarray:
+    """An array that owns its memory: a view of an Arrow buffer (the row reader's casts) is
+    copied out, so that a chunk's Arrow memory is all freed when the chunk is done (a few kept
+    arrays would pin the pool's pages, and they would add up over a long log)."""
+    return values if values.base is None else values.copy()
 
 
 def _repeat(values: Column, p: int, keep: np.ndarray | slice, kept: int, name: str) -> Column:
@@ -213,6 +294,9 @@ def _join(pieces: list[Column]) -> Column:
     if len(pieces) == 1:
         return pieces[0]
     if isinstance(pieces[0], pd.Categorical):
+        first = list(pieces[0].categories)
+        if all(list(piece.categories) == first for piece in pieces):  # (placement: out, in as printed)
+            return pd.Categorical.from_codes(np.concatenate([p.codes for p in pieces]), dtype=pieces[0].dtype)
         # union by hand: pieces may differ in the dtype of their categories (an empty filler)
         categories = pd.Index(sorted({c for piece in pieces for c in piece.categories}, key=str))
         codes = [piece.set_categories(categories).codes for piece in pieces]
@@ -221,40 +305,71 @@ def _join(pieces: list[Column]) -> Column:
 
 
 def _concat(parts: list[dict[str, Column]]) -> pd.DataFrame:
-    """Build the frame once from every layout's columns, in file order (run, then line)."""
-    names = list(dict.fromkeys(k for part in parts for k in part))
-    run = np.concatenate([np.asarray(part["run"]) for part in parts])
-    n = len(run)
-    line = np.concatenate([np.asarray(part["line"]) for part in parts])
-    # file order is (run, line); line numbers never repeat within a run, so one key says it, and
-    # each layout's rows already come in that order: a stable sort merges those few sorted runs
-    key = run * (int(line.max(initial=0)) + 1) + line
-    in_order = bool((key[1:] >= key[:-1]).all())
-    sort = np.arange(n) if in_order else np.argsort(key, kind="stable")
-    # layouts read apart go back to file order column by column, before the frame exists (cheaper
-    # than reordering the frame's blocks): each numeric column is written once, in place
-    where = None if in_order else np.empty(n, dtype=np.int64)
-    if where is not None:
-        where[sort] = np.arange(n)
-    cols: dict[str, object] = {}
-    for name in names:
-        like = next(part[name] for part in parts if name in part)
-        pieces = [part[name] if name in part else _filler(len(part["run"]), like) for part in parts]
-        arrays = [piece for piece in pieces if isinstance(piece, np.ndarray | Interleaved)]
-        if where is None:
-            cols[name] = _join(pieces)
-        elif len(arrays) == len(pieces):
-            cols[name] = _scatter(arrays, where)
-        else:
-            cols[name] = _take(_join(pieces), sort)
+    """Build the frame once from every part's columns, in file order (run, then line)."""
+    cols = _merged(parts)
+    n = len(cols["run"])
     cols["collective"] = pd.Categorical.from_codes(np.full(n, -1, dtype=np.int8), categories=pd.Index([], dtype=str))
-    cols["root"] = pd.array(np.asarray(cols["root"], dtype=np.float64), dtype="Int64")  # NaN -> <NA>
+    cols["root"] = _nullable_ints(cols["root"])
     cols.setdefault("wrong", np.full(n, np.nan))
     front = [c for c in FRAME_COLUMNS if c in cols]
     order = [*front, *(c for c in cols if c not in front and c != "line"), "line"]
     # copy=False: one block per column, as built, rather than a copy of them all into blocks
     # by dtype (tens of MB of fresh pages for a long log)
-    return pd.DataFrame({c: cols[c] for c in order}, copy=False)
+    return pd.DataFrame({c: cols.pop(c) for c in order}, copy=False)
+
+
+def _merged(parts: list[dict[str, Column]], trim: bool = True) -> dict[str, Column]:
+    """The parts' columns joined, in file order (run, then line).  Each column's pieces are
+    dropped as soon as the column is built (``trim``: and their memory given back), so that a
+    long log's rows are held about once, not twice."""
+    lengths = [len(part["run"]) for part in parts]
+    n = sum(lengths)
+    sort = _file_order(parts)
+    # layouts read apart go back to file order column by column, before the frame exists (cheaper
+    # than reordering the frame's blocks): each numeric column is written once, in place
+    where = None if sort is None else np.empty(n, dtype=np.int64)
+    if where is not None and sort is not None:
+        where[sort] = np.arange(n)
+    cols: dict[str, Column] = {}
+    for name in list(dict.fromkeys(k for part in parts for k in part)):
+        like = next(part[name] for part in parts if name in part)
+        pieces = [
+            part.pop(name) if name in part else _filler(size, like) for part, size in zip(parts, lengths, strict=True)
+        ]
+        arrays = [piece for piece in pieces if isinstance(piece, np.ndarray | Interleaved)]
+        if where is None or sort is None:
+            cols[name] = _join(pieces)
+        elif len(arrays) == len(pieces):
+            cols[name] = _scatter(arrays, where)
+        else:
+            cols[name] = _take(_join(pieces), sort)
+        del pieces, arrays, like
+        if trim:
+            release()  # (the pieces' heap pages back to the system before the next column is made)
+    return cols
+
+
+def _nullable_ints(values: Column) -> Column:
+    """A column of whole numbers that may be missing (NaN) as pandas' Int64; an int64 column
+    (every row has it) becomes one without a copy."""
+    if isinstance(values, np.ndarray) and values.dtype == np.int64:
+        return pd.arrays.IntegerArray(values, np.zeros(len(values), dtype=bool))
+    return pd.array(np.asarray(values, dtype=np.float64), dtype="Int64")  # NaN -> <NA>
+
+
+def _file_order(parts: list[dict[str, Column]]) -> np.ndarray | None:
+    """None when the parts' rows already come in file order (one layout: each part is in order,
+    and parts follow each other), else the stable sort that puts them there."""
+    ends = [(int(p["run"][0]), int(p["line"][0]), int(p["run"][-1]), int(p["line"][-1])) for p in parts]
+    if all(a[2:] <= b[:2] for a, b in itertools.pairwise(ends)):
+        return None
+    run = np.concatenate([np.asarray(part["run"]) for part in parts])
+    line = np.concatenate([np.asarray(part["line"]) for part in parts])
+    # line numbers never repeat within a run, so one key says it; each part is sorted already,
+    # so a stable sort merges a few sorted runs
+    key = run * (int(line.max(initial=0)) + 1) + line
+    sort: np.ndarray = np.argsort(key, kind="stable")
+    return sort
 
 
 def _scatter(pieces: list[np.ndarray | Interleaved], where: np.ndarray | None) -> np.ndarray:
@@ -417,7 +532,7 @@ def _unfinished(sc: Scan) -> bool:
     flagged = False
     for run in sc.runs:
         if run.nrows and not run.finished and "nthreads" in run.info:
-            last = run.chunks[-1].text.rsplit("\n", 1)[-1].split()[0]
+            last = (run.last_row[1].split() or ["?"])[0]
             sc.warnings.append(
                 f"run {run.index} (line {run.start_line}): no '# Avg bus bandwidth' footer after the "
                 f"last row (size {last} of max {run.info.get('max_bytes')}): truncated or crashed"

@@ -1,15 +1,16 @@
-"""Log lines cut into pieces by Arrow's CSV reader (threaded C++), verbatim, or with their
-`label<sep>value` pieces cut at the separator too, so that the reader itself parses the numbers.
+"""Log lines cut into pieces by Arrow's CSV reader (threaded C++), with their `label<sep>value`
+pieces cut at the separator too, so that the reader itself parses the numbers.
 
-read_pieces cuts each line on a delimiter (`|` for NeMo 2 step lines, `,` for tqdm postfixes)
-into string columns.  read_labelled first writes the delimiter after every ``sep`` of the text,
+The lines are cut on a delimiter (`|` for NeMo 2 step lines, `,` for tqdm postfixes), after
+read_labelled first writes the delimiter after every ``sep`` of the text,
 so that `h | lr: 1e-4 | loss: 2.5` reads as `h`, ` lr:`, ` 1e-4 `, ` loss:`, ` 2.5`.  That is the
 line's own `label<sep>value` cut, exactly what `piece.partition(sep)` gives, when every line has
 the first line's count of fields, each label column holds the first line's `label<sep>` on every
 line and ``sep`` occurs nowhere else (its count in the text is one per label and line): each
 line then has its `sep`s at the ends of its label fields only, so the delimiters that were
 written are the ones right after them, and the line's own pieces are the fields put back
-together there.  The reader converts the value columns to float64 as it cuts them: Arrow's
+together there (a head before the labelled pieces may hold ``sep`` too, the same number of times
+on every line: its pieces are joined back).  The reader converts the value columns to float64 as it cuts them: Arrow's
 cast (correctly rounded like Python's float) after trimming spaces and tabs, which str.strip
 removes too; where it cannot read a value the columns are read as strings instead.
 """
@@ -22,30 +23,6 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
-
-
-@dataclass
-class Pieces:
-    """The lines as one text (rows end with "\\n"), and cut on ``delimiter`` into string columns."""
-
-    body: pa.Buffer
-    delimiter: str
-    table: pa.Table
-
-
-def read_pieces(lines: pa.Array, delimiter: str) -> Pieces | None:
-    """The lines cut on ``delimiter`` into string columns, verbatim (no quoting, no nulls), as many
-    as the first line has; None when another line has another count (the reader fails).
-
-    Needs lines without "\\r" (the reader ends rows there too)."""
-    first = str(lines[0].as_py())
-    if first.startswith("\ufeff"):
-        return None  # the reader would drop it
-    rows = pa.LargeListArray.from_arrays(pa.array([0, len(lines)], type=pa.int64()), lines)
-    body = pc.binary_join(rows, pa.scalar("\n", pa.large_string()))[0].as_buffer()
-    width = first.count(delimiter) + 1
-    table = _read(body, delimiter, [f"c{i}" for i in range(width)], {})
-    return Pieces(body, delimiter, table) if table is not None and table.num_rows == len(lines) else None
 
 
 def _read(body: pa.Buffer, delimiter: str, names: list[str], floats: dict[str, bool]) -> pa.Table | None:
@@ -85,21 +62,23 @@ def read_labelled(
 ) -> Labelled | None:
     """The lines' head columns and `label<sep>value` pieces in one read (module docstring), values
     float64 where ``floats(label)`` says so; None when the lines are not all of the first line's
-    shape, with ``sep`` only right after its labels."""
+    shape (the same count of ``sep`` in every piece, the same labels)."""
     first = str(lines[0].as_py())
     if first.startswith("\ufeff") or sep == delimiter:
         return None
     pieces = first.split(delimiter)
     labels = [p.partition(sep)[0] if sep in p else None for p in pieces[start:]]
-    named = [label for label in labels if label is not None]
-    if not named:
+    if not any(label is not None for label in labels):
         return None
-    names = [f"h{i}" for i in range(start)]
+    # a head or a value may hold the separator too (a Megatron timestamp, an "eta: 0:00:00"):
+    # the fields it cuts them into are put back together after the read
+    seps = [p.count(sep) for p in pieces]
+    names = [f"h{i}_{m}" for i in range(start) for m in range(seps[i] + 1)]
     for j, label in enumerate(labels):
-        names += [f"u{j}"] if label is None else [f"l{j}", f"v{j}"]
+        names += [f"u{j}_0"] if label is None else [f"l{j}", *(f"v{j}_{m}" for m in range(seps[start + j]))]
+    as_float = {f"v{j}_0": floats(label.strip()) and seps[start + j] == 1 for j, label in enumerate(labels) if label}
     wanted = [n for n in names if n[0] != "u"]
-    as_float = {f"v{j}": floats(label.strip()) for j, label in enumerate(labels) if label is not None}
-    cut = _Cut(sep, delimiter, len(named), names)
+    cut = _Cut(sep, delimiter, sum(seps), names)
     table = cut.read_all(lines, {n: as_float.get(n, False) for n in wanted})
     if table is None and not cut.misplaced and any(as_float.values()):
         table = cut.read_all(lines, dict.fromkeys(wanted, False))  # a value that is no float
@@ -108,8 +87,21 @@ def read_labelled(
     for j, label in enumerate(labels):
         if label is not None and not pc.all(pc.equal(table.column(f"l{j}"), label + sep)).as_py():
             return None
-    values = [(label.strip(), table.column(f"v{j}")) for j, label in enumerate(labels) if label is not None]
-    return Labelled([table.column(f"h{i}") for i in range(start)], values)
+    values = [
+        (label.strip(), _joined([table.column(f"v{j}_{m}") for m in range(seps[start + j])]))
+        for j, label in enumerate(labels)
+        if label is not None
+    ]
+    heads = [_joined([table.column(f"h{i}_{m}") for m in range(seps[i] + 1)]) for i in range(start)]
+    return Labelled(heads, values)
+
+
+def _joined(parts: list[pa.ChunkedArray]) -> pa.ChunkedArray:
+    """Fields that were one piece of the line before the read cut it at its separators."""
+    if len(parts) == 1:
+        return parts[0]
+    joined: pa.ChunkedArray = pc.binary_join_element_wise(*parts, pa.scalar("", pa.large_string()))
+    return joined
 
 
 # Lines per text handed to the reader: a few MB, which Arrow's pool keeps between calls, where a

@@ -8,11 +8,12 @@ from dataclasses import dataclass
 import pandas as pd
 
 from hpckit.results.derived import GIB, peak_busbw, steady_step_time
+from hpckit.results.kinds import kinds_of
 from hpckit.results.model import ParseResult
 
-NCCL_KINDS = frozenset({"nccl-tests", "nccl-tests-json"})
-TRAINING_KINDS = frozenset({"nemo1", "nemo2", "megatron"})
-SACCT_KINDS = frozenset({"sacct", "sacct-json"})
+NCCL_KINDS = kinds_of("nccl")
+TRAINING_KINDS = kinds_of("training")
+SACCT_KINDS = kinds_of("sacct")
 MAX_ROWS = 40
 
 

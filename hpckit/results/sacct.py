@@ -15,9 +15,6 @@ import pandas as pd
 from hpckit.results.lines import excerpt, split_lines
 from hpckit.results.model import Field, ParseError, ParseResult, Value
 
-KIND = "sacct"
-KIND_JSON = "sacct-json"
-
 # (typed column, unit, sacct field name regex, kind): the first matching field fills the column
 NORMALIZED: tuple[Field, ...] = (
     Field("job_id", "", r"JobID", "str"),
@@ -44,7 +41,7 @@ TIME_COLUMNS = ("submit", "start", "end")
 # ---------------------------------------------------------------- --parsable2
 
 
-def parse_sacct_text(text: str, source: str = "<text>") -> ParseResult:
+def parse_sacct_text(text: str, kind: str = "sacct", source: str = "<text>") -> ParseResult:
     lines = split_lines(text)
     start = next((i for i, ln in enumerate(lines) if ln.strip()), None)
     if start is None:
@@ -57,7 +54,7 @@ def parse_sacct_text(text: str, source: str = "<text>") -> ParseResult:
     frame = pd.concat([_normalize(raw, names), raw], axis=1)
     frame["line"] = numbers
     meta: dict[str, object] = {"delimiter": delim, "fields": names, "rows": len(frame), "units": UNITS}
-    return ParseResult(KIND, frame, meta, partial, warnings)
+    return ParseResult(kind, frame, meta, partial, warnings)
 
 
 def _delimiter(header: str, source: str, lineno: int) -> str:
@@ -153,7 +150,7 @@ def _gpus(tres: object) -> int | None:
 # ---------------------------------------------------------------- --json
 
 
-def parse_sacct_json(text: str, source: str = "<text>") -> ParseResult:
+def parse_sacct_json(text: str, kind: str = "sacct-json", source: str = "<text>") -> ParseResult:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -171,7 +168,7 @@ def parse_sacct_json(text: str, source: str = "<text>") -> ParseResult:
     frame = _finish(pd.DataFrame.from_records(records, columns=_JSON_COLUMNS))
     meta: dict[str, object] = {"jobs": len(jobs), "rows": len(frame), "units": UNITS}
     meta.update(_json_meta(doc))
-    return ParseResult(KIND_JSON, frame, meta, False, [])
+    return ParseResult(kind, frame, meta, False, [])
 
 
 _JSON_COLUMNS = [

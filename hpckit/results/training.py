@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
+from hpckit.results import speed
 from hpckit.results.lines import excerpt, split_lines, strip_prefix
+from hpckit.results.memory import release
 from hpckit.results.model import ParseError, ParseResult, Value, extract, frame_from_records
-from hpckit.results.training_bulk import bulk_pipe, bulk_tqdm
+from hpckit.results.training_bulk import MIN_LINES, Bulk, bulk_pipe, bulk_tqdm
 from hpckit.results.training_fields import (
     LABELS,
     MEGATRON_LINE,
@@ -56,25 +57,109 @@ class Steps:
 # ---------------------------------------------------------------- "label: value | ..." logs
 
 
-def parse_pipe_log(text: str, source: str, kind: str) -> ParseResult:
+class _StepReader:
+    """A training log fed a chunk at a time.  The fast path reads each chunk's step lines into a
+    frame; when it declines on the first chunk the exact parser reads the log, and on a later one
+    the front door reads the log again exactly (speed.Declined)."""
+
+    path = ""  # the fast path's name in speed.FAST_PATHS
+
+    def __init__(self, kind: str, source: str) -> None:
+        self.kind = kind
+        self.steps = Steps(source, kind)
+        self.exact = speed.exact_mode()
+        self.frames: list[pd.DataFrame] = []
+        self.first: tuple[int, str] | None = None
+
+    def feed(self, text: str, first_line: int, lines: int | None = None) -> None:
+        self.first = self.first or _first_line(text, first_line)
+        if not self.exact:
+            opening = not self.frames
+            least = MIN_LINES if opening else 0
+            bulk = speed.attempt(self.path, lambda: self._fast(text, first_line, least))
+            if bulk is not None:
+                _same_columns(self.frames, bulk.frame)
+                self._extras(bulk)
+                self.frames.append(bulk.frame)
+                return
+            if not opening:
+                raise speed.Declined("a later part of the log")
+            self.exact = True
+        self._exact(text, first_line)
+
+    def finish(self) -> ParseResult:
+        return _finish_frames(self.steps, self.frames, self.exact, self.first)
+
+    def _fast(self, text: str, first_line: int, least: int) -> Bulk | None:
+        raise NotImplementedError
+
+    def _extras(self, bulk: Bulk) -> None:
+        """What the fast path found besides step lines."""
+
+    def _exact(self, text: str, first_line: int) -> None:
+        raise NotImplementedError
+
+
+class PipeReader(_StepReader):
     """NeMo 2 and Megatron: one `... iteration N/M | label: value | ...` line per logged step."""
-    marker = NEMO2_LINE if kind == "nemo2" else MEGATRON_LINE
-    steps = Steps(source, kind)
-    bulk = bulk_pipe(text, marker, _snake, others=kind == "megatron")
-    if bulk is not None:
-        if kind == "megatron":
-            for _, line in bulk.other_lines:
-                _megatron_extra(steps, strip_prefix(line)[0])
-        return _finish(steps, _dedupe(steps, bulk.frame))
-    for lineno, raw in enumerate(split_lines(text), 1):
-        if "iteration" not in raw:
-            continue
-        line, _ = strip_prefix(raw)
-        if marker.search(line):
-            _pipe_line(steps, line, lineno)
-        elif kind == "megatron":
-            _megatron_extra(steps, line)
-    return _result(steps, text)
+
+    path = "pipe-steps"
+
+    def __init__(self, kind: str, source: str) -> None:
+        super().__init__(kind, source)
+        self.marker = NEMO2_LINE if kind == "nemo2" else MEGATRON_LINE
+
+    def _fast(self, text: str, first_line: int, least: int) -> Bulk | None:
+        return bulk_pipe(text, self.marker, _snake, self.kind == "megatron", first_line, least)
+
+    def _extras(self, bulk: Bulk) -> None:
+        for _, line in bulk.other_lines:
+            _megatron_extra(self.steps, strip_prefix(line)[0])
+
+    def _exact(self, text: str, first_line: int) -> None:
+        for lineno, raw in enumerate(split_lines(text), first_line):
+            if "iteration" not in raw:
+                continue
+            line, _ = strip_prefix(raw)
+            if self.marker.search(line):
+                _pipe_line(self.steps, line, lineno)
+            elif self.kind == "megatron":
+                _megatron_extra(self.steps, line)
+
+
+def _same_columns(frames: list[pd.DataFrame], frame: pd.DataFrame) -> None:
+    """A chunk's step lines must share the first chunk's labels, as the fast path asks of every
+    line of one chunk (a last line cut short, a restart with other figures: the exact parser)."""
+    first = next((f for f in frames if len(f)), None)
+    if first is not None and len(frame) and list(frame.columns) != list(first.columns):
+        raise speed.Declined("a part of the log with other figures")
+
+
+def _finish_frames(steps: Steps, frames: list[pd.DataFrame], exact: bool, first: tuple[int, str] | None) -> ParseResult:
+    """The result from the fast path's frames (one per chunk), or from the exact parser's steps."""
+    kept = [f for f in frames if len(f)]  # (chunks of noise only)
+    frames.clear()  # (each part held once: by ``kept``, until joined)
+    if exact or not kept:
+        return _result(steps, first)
+    return _finish(steps, _dedupe(steps, _joined(kept)))
+
+
+def _joined(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+    frames.clear()
+    release()  # (the chunks' frames back to the system: see memory.py)
+    return frame
+
+
+def _first_line(text: str, first_line: int) -> tuple[int, str] | None:
+    """The first line that is not blank, and its number (for the error of a log without steps)."""
+    at = 0
+    while at < len(text) and text[at].isspace():
+        at += 1
+    if at == len(text):
+        return None
+    stop = text.find("\n", at)
+    return first_line + text.count("\n", 0, at), text[at : len(text) if stop < 0 else stop]
 
 
 def _pipe_line(steps: Steps, line: str, lineno: int) -> None:
@@ -119,20 +204,22 @@ def _megatron_extra(steps: Steps, line: str) -> None:
 # ---------------------------------------------------------------- NeMo 1 tqdm
 
 
-def parse_tqdm_log(text: str, source: str) -> ParseResult:
+class TqdmReader(_StepReader):
     """NeMo 1: tqdm refreshes of `Epoch E: ... n/N [t<eta, k=v, ...]`, one row per global step."""
-    steps = Steps(source, "nemo1")
-    bulk = bulk_tqdm(text, REDRAW, _snake)
-    if bulk is not None:
-        return _finish(steps, _dedupe(steps, bulk.frame))
-    for lineno, raw in enumerate(split_lines(text), 1):
-        if "Epoch" not in raw:
-            continue
-        for segment in REDRAW.split(raw):
-            m = TQDM.search(segment)
-            if m is not None:
-                _tqdm_segment(steps, m, lineno)
-    return _result(steps, text)
+
+    path = "tqdm-steps"
+
+    def _fast(self, text: str, first_line: int, least: int) -> Bulk | None:
+        return bulk_tqdm(text, REDRAW, _snake, first_line, least)
+
+    def _exact(self, text: str, first_line: int) -> None:
+        for lineno, raw in enumerate(split_lines(text), first_line):
+            if "Epoch" not in raw:
+                continue
+            for segment in REDRAW.split(raw):
+                m = TQDM.search(segment)
+                if m is not None:
+                    _tqdm_segment(self.steps, m, lineno)
 
 
 def _tqdm_segment(steps: Steps, m: re.Match[str], lineno: int) -> None:
@@ -156,16 +243,10 @@ def _tqdm_segment(steps: Steps, m: re.Match[str], lineno: int) -> None:
 # ---------------------------------------------------------------- assembly
 
 
-def _result(steps: Steps, text: str) -> ParseResult:
+def _result(steps: Steps, first: tuple[int, str] | None) -> ParseResult:
     if not steps.records:
-        lines = split_lines(text)
-        first = next((i for i, ln in enumerate(lines, 1) if ln.strip()), 1)
-        raise ParseError(
-            steps.source,
-            first,
-            excerpt(lines[first - 1]) if lines else "",
-            f"no {steps.kind} step lines found",
-        )
+        lineno, line = first or (1, "")
+        raise ParseError(steps.source, lineno, excerpt(line), f"no {steps.kind} step lines found")
     records = [steps.records[k] for k in sorted(steps.records)]
     if steps.replaced:
         steps.warnings.append(
@@ -241,11 +322,3 @@ _SNAKE = re.compile(r"[^0-9a-zA-Z]+")
 
 def _snake(label: str) -> str:
     return _SNAKE.sub("_", label).strip("_").lower()
-
-
-def iter_step_lines(text: str) -> Iterator[str]:
-    """Lines that carry a step (for detection)."""
-    for raw in split_lines(text):
-        line, _ = strip_prefix(raw)
-        if NEMO2_LINE.search(line) or MEGATRON_LINE.search(line) or TQDM.search(line):
-            yield line

@@ -1,13 +1,14 @@
-"""Bulk path for long training logs: the same figures as the line-by-line parser, read in C/C++.
+"""The fast paths for long training logs: the same figures as the line-by-line parsers, read by
+Arrow kernels, one chunk of the log at a time.
 
-A long log repeats one line layout thousands of times.  NeMo 2 / Megatron: the step lines are
-picked by Arrow kernels (split on newlines, substring tests, the marker regex in RE2 when it reads
-as Python's does) and cut with Arrow's string kernels (split on "|", then on the first ":").
-NeMo 1: redraws repeated char for char are dropped first, then one Python findall per line reads
-every refresh; only the `k=v` postfixes go through Arrow.  The declarative field tables still
-decide names, units and conversions.  When the lines do not all share the first line's labels in
-the same order, a value does not convert, or a refresh might read differently, this returns None
-and the exact line-by-line parser runs instead, so the two always agree."""
+NeMo 2 / Megatron: the step lines are picked by the marker regex in RE2 on Arrow's lines, then
+heads, labels and values are cut by one Arrow CSV read per block (pieces.read_labelled), which
+parses the floats itself; the step-marker integers are read from the heads' digit runs (or by RE2
+where a field is not a plain digit run).  NeMo 1: tqdm refreshes are cut by Arrow
+(training_tqdm) and their `k=v` postfixes read the same way.  The declarative field tables still
+decide names, units and conversions.  Anything else (text that is not ASCII, lines that do not
+all share the first line's labels in the same order, a value that does not convert) declines:
+None, and the exact parser reads the log, so the two always agree."""
 
 from __future__ import annotations
 
@@ -20,10 +21,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from hpckit.results import speed
 from hpckit.results.arrow_text import bool_mask, text_lines
 from hpckit.results.digit_runs import digit_runs, run_index, run_shaped
 from hpckit.results.model import NA_TOKENS, Field
-from hpckit.results.pieces import Labelled, Pieces, read_labelled, read_pieces
+from hpckit.results.pieces import Labelled, read_labelled
 from hpckit.results.re2 import PY_WHITESPACE, re2_ascii
 from hpckit.results.training_fields import LABELS, STEP_MARKER, TQDM
 from hpckit.results.training_tqdm import Refreshes, tqdm_refreshes
@@ -42,26 +44,38 @@ class _NoBulk(Exception):
     """Something the bulk path does not handle: the exact parser runs (and says which line)."""
 
 
-def bulk_pipe(text: str, marker: re.Pattern[str], snake: Snake, others: bool = True) -> Bulk | None:
-    """NeMo 2 / Megatron `head | label: value | ...` step lines in bulk, or None.
+def bulk_pipe(
+    text: str, marker: re.Pattern[str], snake: Snake, others: bool = True, first_line: int = 1, least: int = MIN_LINES
+) -> Bulk | None:
+    """NeMo 2 / Megatron `head | label: value | ...` step lines of a chunk in bulk, or None.
 
     ``others``: also collect the candidate lines that are not step lines (Megatron reads extras
-    from them)."""
-    found = _step_lines_arrow(text, marker, others) or _step_lines_python(text, marker)
+    from them); ``least``: decline a chunk with fewer step lines (the exact parser is as fast)."""
+    found = _step_lines_arrow(text, marker, others)
     if found is None:
         return None
     step_lines, linenos, other = found
+    if not speed.worth(len(linenos), least):
+        return None
+    if not len(linenos):
+        return _empty(other, first_line)
     try:
-        cols = None if "\r" in text else _columns_csv(step_lines, snake)
-        if cols is None:
-            cols = _columns(step_lines, snake)
+        cols = _columns_csv(step_lines, snake)
     except (_NoBulk, pa.ArrowException, ValueError, OverflowError):
         return None
-    cols["line"] = linenos
+    if cols is None:
+        return None
+    cols["line"] = linenos + (first_line - 1)
+    other = [(n + first_line - 1, line) for n, line in other]
     return Bulk(pd.DataFrame(cols, copy=False), other)  # (no copy into blocks: the dedupe copies)
 
 
 StepLines = tuple[pa.Array, np.ndarray, list[tuple[int, str]]]  # lines, their numbers, the others
+
+
+def _empty(other: list[tuple[int, str]], first_line: int) -> Bulk:
+    """A chunk without step lines (noise between two stretches of steps)."""
+    return Bulk(pd.DataFrame({"step": np.zeros(0, dtype=np.int64)}), [(n + first_line - 1, x) for n, x in other])
 
 
 def _step_lines_arrow(text: str, marker: re.Pattern[str], others: bool = True) -> StepLines | None:
@@ -81,8 +95,6 @@ def _step_lines_arrow(text: str, marker: re.Pattern[str], others: bool = True) -
     candidate = pc.and_(pc.match_substring(lines, "iteration"), pc.match_substring(lines, "|"))
     step = pc.and_(candidate, marked)
     numbers = np.arange(1, len(lines) + 1, dtype=np.int64)
-    if (pc.sum(step).as_py() or 0) < MIN_LINES:
-        return None
     rest = pc.and_(candidate, pc.invert(step))
     rest_numbers = numbers[bool_mask(rest)].tolist()
     other = list(zip(rest_numbers, pc.filter(lines, rest).to_pylist(), strict=True))
@@ -101,8 +113,6 @@ def _marked_step_lines(lines: pa.Array, marked: pa.Array, marker: str) -> StepLi
     if not pc.all(candidate).as_py():
         where = where[bool_mask(candidate)]
         picked = pc.filter(picked, candidate)
-    if len(where) < MIN_LINES:
-        return None
     return picked, where + 1, []
 
 
@@ -114,78 +124,13 @@ def _spells(pattern: str, word: str) -> bool:
     return at >= 0 and not any(c in pattern for c in "|([") and after not in ("?", "*", "{", "+")
 
 
-def _step_lines_python(text: str, marker: re.Pattern[str]) -> StepLines | None:
-    lines = text.split("\n")
-    steps: list[int] = []
-    other: list[tuple[int, str]] = []
-    for i, line in enumerate(lines):
-        if "iteration" in line and "|" in line:
-            if marker.search(line):
-                steps.append(i)
-            else:
-                other.append((i + 1, line))
-    if len(steps) < MIN_LINES:
-        return None
-    picked = pa.array([lines[i] for i in steps], type=pa.large_string())
-    return picked, np.asarray(steps, dtype=np.int64) + 1, other
-
-
-_re2_ascii = re2_ascii  # the name the tests know
-
-
-def _columns(step_lines: pa.Array, snake: Snake) -> dict[str, np.ndarray]:
-    n = len(step_lines)
-    parts = pc.split_pattern(step_lines, pattern="|")
-    width = _same_width(parts)
-    flat = pc.list_flatten(parts)
-    grid = np.arange(n * width).reshape(n, width)
-    cols = _head_columns(pc.take(flat, pa.array(grid[:, 0])))
-    pieces, starts = _label_value_pieces(pc.take(flat, pa.array(grid[:, 1:].ravel())), n)
-    for j in range(starts.shape[1]):
-        label = _label(pc.take(pieces, pa.array(starts[:, j])))
-        cols.update(_column(label, _strip(pc.take(pieces, pa.array(starts[:, j] + 1))), snake))
-    return cols
-
-
 def _columns_csv(step_lines: pa.Array, snake: Snake) -> dict[str, np.ndarray] | None:
-    """NeMo 2 / Megatron columns read with Arrow's CSV reader (see _labelled), or None."""
+    """NeMo 2 / Megatron columns read with Arrow's CSV reader (pieces.read_labelled), or None."""
     fast = read_labelled(step_lines, "|", ":", 1, _read_as_float)
-    if fast is not None:
-        cols = _head_columns(fast.heads[0])
-        cols.update(_value_columns(fast, snake))
-        return cols
-    pieces = read_pieces(step_lines, "|")  # a ":" in a head or value (a Megatron timestamp)
-    if pieces is None:
+    if fast is None:
         return None
-    cols = _head_columns(pieces.table.column(0))
-    labelled = _labelled(pieces, 1, ":", snake)
-    if labelled is None:
-        return None
-    cols.update(labelled)
-    return cols
-
-
-def _labelled(pieces: Pieces, start: int, sep: str, snake: Snake) -> dict[str, np.ndarray] | None:
-    """The `label<sep>value` columns of the pieces from ``start`` on, when every line spells each
-    label exactly as the first line does; None otherwise (the general split then decides).
-
-    A piece of column j is then `<label j><sep><value>` on every line (one starts_with test per
-    column), so the value is what follows that prefix, which is what partition(sep) gives.  A
-    column without ``sep`` on any line is left out, as the exact parsers leave such pieces out."""
-    cols: dict[str, np.ndarray] = {}
-    table = pieces.table
-    for j in range(start, table.num_columns):
-        piece = table.column(j)  # chunked as read: the kernels take it as it is
-        first = str(piece[0].as_py())
-        if sep not in first:
-            if pc.any(pc.match_substring(piece, sep)).as_py():
-                return None
-            continue
-        prefix = first.partition(sep)[0] + sep
-        if not pc.all(pc.starts_with(piece, prefix)).as_py():
-            return None
-        value = _strip(pc.utf8_slice_codeunits(piece, len(prefix)))
-        cols.update(_column(prefix[: -len(sep)].strip(), value, snake))
+    cols = _head_columns(fast.heads[0])
+    cols.update(_value_columns(fast, snake))
     return cols
 
 
@@ -204,41 +149,6 @@ def _value_columns(labelled: Labelled, snake: Snake) -> dict[str, np.ndarray]:
         else:
             cols.update(_column(label, _strip(values), snake))
     return cols
-
-
-def _label_value_pieces(pairs: pa.Array, n: int) -> tuple[pa.Array, np.ndarray]:
-    """Every `label: value` piece cut at its first ":", flattened (label, value, label, ...), and
-    where the label of piece j of line i sits in that array, as an (n, pieces per line) grid."""
-    kv = pc.split_pattern(pairs, pattern=":", max_splits=1)
-    if pc.min(pc.list_value_length(kv)).as_py() != 2:
-        # a Megatron line ends with " |": its last piece is blank, on every line alike
-        blank = pc.equal(_strip(pairs), "")
-        keep = ~bool_mask(blank)
-        per_line = keep.reshape(n, -1).sum(axis=1)
-        if (per_line != per_line[0]).any():
-            raise _NoBulk("blank pieces on some lines only")
-        kv = pc.split_pattern(pc.filter(pairs, pa.array(keep)), pattern=":", max_splits=1)
-        if pc.min(pc.list_value_length(kv)).as_py() != 2:
-            raise _NoBulk("a piece without a label")
-    starts = np.asarray(kv.offsets)[:-1]
-    return pc.list_flatten(kv), starts.reshape(n, len(starts) // n)
-
-
-def _same_width(parts: pa.Array) -> int:
-    lo, hi = (v.as_py() for v in pc.min_max(pc.list_value_length(parts)).values())
-    if lo != hi or hi < 2:
-        raise _NoBulk("lines have different numbers of fields")
-    return int(hi)
-
-
-def _label(labels: pa.Array) -> str:
-    """The label of one piece position, the same on every line (as str.strip leaves it)."""
-    first = str(labels[0].as_py())
-    same = pc.all(pc.equal(labels, first)).as_py()
-    # raw labels that differ may still strip alike
-    if not same and not pc.all(pc.equal(_strip(labels), first.strip())).as_py():
-        raise _NoBulk("labels differ between lines")
-    return first.strip()
 
 
 def _strip(values: pa.Array) -> pa.Array:
@@ -344,12 +254,16 @@ def _convert(f: Field, values: pa.Array, numbers: np.ndarray | None) -> np.ndarr
 # ---------------------------------------------------------------- NeMo 1 tqdm
 
 
-def bulk_tqdm(text: str, redraw: re.Pattern[str], snake: Snake) -> Bulk | None:
-    """NeMo 1 tqdm refreshes (`Epoch E: ... n/N [t<eta, k=v, ...]`) in bulk, or None."""
+def bulk_tqdm(
+    text: str, redraw: re.Pattern[str], snake: Snake, first_line: int = 1, least: int = MIN_LINES
+) -> Bulk | None:
+    """NeMo 1 tqdm refreshes (`Epoch E: ... n/N [t<eta, k=v, ...]`) of a chunk in bulk, or None."""
     try:
         found = _tqdm_found(text, redraw, drop_repeats=True)
-        if found is None or len(found.lines) + found.dropped < MIN_LINES:
+        if found is None or not speed.worth(len(found.lines) + found.dropped, least):
             return None
+        if not len(found.lines) + found.dropped:
+            return _empty([], first_line)
         cols = _tqdm_columns(found, snake)
         if found.dropped and np.isnan(cols.get("consumed_samples", np.zeros(1))).any():
             # a repeat with NaN samples counts as "logged again" (NaN != NaN): keep every repeat
@@ -359,7 +273,7 @@ def bulk_tqdm(text: str, redraw: re.Pattern[str], snake: Snake) -> Bulk | None:
             cols = _tqdm_columns(found, snake)
     except (_NoBulk, pa.ArrowException, ValueError, OverflowError):
         return None  # (a lone surrogate, which Arrow cannot hold, is a ValueError too)
-    cols["line"] = found.lines
+    cols["line"] = found.lines + (first_line - 1)
     return Bulk(pd.DataFrame(cols, copy=False), [])
 
 
@@ -381,26 +295,9 @@ def _tqdm_columns(found: Refreshes, snake: Snake) -> dict[str, np.ndarray]:
         "total_steps": _ints(found.total),
     }
     fast = read_labelled(found.postfix, ",", "=", 0, _read_as_float) if n else None
-    pieces = None if fast is not None or not n else read_pieces(found.postfix, ",")
-    labelled = _value_columns(fast, snake) if fast is not None else None
-    labelled = labelled if pieces is None else _labelled(pieces, 0, "=", snake)
-    if labelled is not None and labelled:
-        cols.update(labelled)
-        cols["step"] = _tqdm_steps(cols)
-        return cols
-    split = pc.split_pattern(found.postfix, pattern=",")
-    pieces = pc.list_flatten(split)
-    has_value = bool_mask(pc.match_substring(pieces, "="))
-    # the same number of k=v items on every line, or the grid below would mix lines
-    per_line = np.add.reduceat(has_value, np.asarray(split.offsets)[:-1]) if len(pieces) else np.zeros(n)
-    if not n or (per_line != per_line[0]).any() or not per_line[0]:
-        raise _NoBulk("postfixes differ")
-    kv = pc.split_pattern(pc.filter(pieces, pa.array(has_value)), pattern="=", max_splits=1)
-    flat = pc.list_flatten(kv)
-    starts = np.asarray(kv.offsets)[:-1].reshape(n, int(per_line[0]))
-    for j in range(starts.shape[1]):
-        label = _label(pc.take(flat, pa.array(starts[:, j])))
-        cols.update(_column(label, _strip(pc.take(flat, pa.array(starts[:, j] + 1))), snake))
+    if fast is None:
+        raise _NoBulk("postfixes of another shape")
+    cols.update(_value_columns(fast, snake))
     cols["step"] = _tqdm_steps(cols)
     return cols
 

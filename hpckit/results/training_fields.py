@@ -52,8 +52,10 @@ TQDM = re.compile(r"Epoch\s+(?P<epoch>\d+):.*?(?P<n>\d+)/(?P<total>\d+|\?)\s*\[(
 # tqdm redraws with carriage returns; a pager shows them as a literal "^M" and eats the ESC of "\x1b[A"
 REDRAW = re.compile(r"\r|\^M|\x1b?\[A")
 
+NEMO1_MARKER = re.compile(r"train_step_timing in s=|reduced_train_loss=")
 NEMO2_LINE = re.compile(r"Training epoch\s+\d+,\s*iteration\s+\d+\s*/\s*\d+")
-MEGATRON_LINE = re.compile(r"(?<![\w-])iteration\s+\d+\s*/\s*\d+\s*\|")
+# (no lookbehind, so that RE2 reads it too: "iteration" not inside a word such as "xiteration")
+MEGATRON_LINE = re.compile(r"(?:^|[^\w-])iteration\s+\d+\s*/\s*\d+\s*\|")
 
 # Lines around the step lines that are worth keeping in meta.
 MEGATRON_MEMORY: tuple[Field, ...] = (

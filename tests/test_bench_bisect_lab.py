@@ -1,0 +1,98 @@
+"""The slow-node search and the post-deploy proof on real labs: 4 nodes (the shared session cluster) and 8
+(a lab of this file's own), with one node's link throttled by tc's token bucket filter (netem is absent on
+this kernel) to 20 Mbit/s both ways: 1/20-1/100 of what a lab link carries with these 1 MiB probes (an
+8-node ring on lab nodes that share 2 busy cores was seen as low as 0.05 GB/s, a 50 Mbit/s link gives 0.006).
+
+Each test puts every link back as it was, even when it fails.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.labutil import CliRun, Cluster, hpckit, lab_blueprint, needs_lab
+
+pytestmark = [pytest.mark.lab, needs_lab()]
+
+RATE = "20mbit"
+# the 8-node lab: this file's own subnet and bridge
+NAME, NET, BRIDGE = "hbis8", "10.77.171", "hb171"
+
+
+def bisect(cluster: Cluster, *args: str) -> tuple[CliRun, dict[str, Any]]:
+    done = hpckit("bench", "bisect", "--cluster", cluster.name, "--json", "-q", *args, state=cluster.state, timeout=600)
+    assert done.stdout.strip(), done.stderr
+    return done, json.loads(done.stdout)
+
+
+def slow_nodes(report: dict[str, Any]) -> list[str]:
+    return [s["node"] for s in report["slow_nodes"]]
+
+
+def throttled(cluster: Cluster, node: str) -> Any:
+    from contextlib import contextmanager
+
+    from hpckit.lab.throttle import throttle, unthrottle
+
+    @contextmanager
+    def scope() -> Iterator[None]:
+        throttle(cluster.name, node, RATE)
+        try:
+            yield
+        finally:
+            unthrottle(cluster.name, node)
+
+    return scope()
+
+
+def test_four_nodes_bisect_names_the_throttled_node_and_none_without(cluster: Cluster) -> None:
+    with throttled(cluster, "node3"):
+        done, report = bisect(cluster, "-N", "4")
+    assert done.rc == 1 and slow_nodes(report) == ["node3"], done.stdout + done.stderr
+    assert report["slow_nodes"][0]["why"].startswith("fabric: ") and report["complete"]
+    kinds = [r["kind"] for r in report["rounds"]]
+    assert kinds == ["single", "halves", "pairs"] and report["jobs"] == 8
+    # the single-node round ran above, throttled (it is unaffected: loopback); here, the fabric search alone
+    healthy, report = bisect(cluster, "-N", "4", "--skip-single")
+    assert healthy.rc == 0 and slow_nodes(report) == [] and report["complete"], healthy.stdout + healthy.stderr
+
+
+@pytest.fixture(scope="module")
+def lab8(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, CliRun]]:
+    """An 8-node lab, deployed with --verify while healthy: the deploy's own result comes along."""
+    tmp = tmp_path_factory.mktemp("lab8")
+    path = lab_blueprint(tmp, NAME, NET, BRIDGE)
+    path.write_text(path.read_text().replace("node[1-4]", "node[1-8]").replace(".[21-24]", ".[21-28]"))
+    c = Cluster(NAME, path, tmp / "state")
+    try:
+        yield c, c.deploy("--verify")
+    finally:
+        c.destroy()
+
+
+def test_eight_nodes_verify_passes_healthy_then_bisect_and_verify_name_the_throttled_node(
+    lab8: tuple[Cluster, CliRun],
+) -> None:
+    cluster, first = lab8
+    assert first.rc == 0, first.stdout + first.stderr
+    assert json.loads(first.stdout)["verify"]["status"] == "passed"
+    healthy, report = bisect(cluster, "-N", "8", "--skip-single")
+    assert healthy.rc == 0 and slow_nodes(report) == [], healthy.stdout + healthy.stderr
+    with throttled(cluster, "node6"):
+        # single-node rounds: both verifies here, and the 4-node test; the fabric search is what is new
+        done, report = bisect(cluster, "-N", "8", "--skip-single")
+        assert done.rc == 1 and slow_nodes(report) == ["node6"], done.stdout + done.stderr
+        assert [r["kind"] for r in report["rounds"]] == ["halves", "halves", "pairs"]
+        assert report["jobs"] == 6 and report["all_pairs_jobs"] == 28
+        again = cluster.deploy("--verify")
+    assert again.rc == 1, again.stdout + again.stderr
+    verified = json.loads(again.stdout)["verify"]
+    assert verified["status"] == "failed" and [s["node"] for s in verified["slow_nodes"]] == ["node6"]
+    assert "node6: fabric: " in again.stderr  # named, with its figure
+    record = Path(cluster.state) / "clusters" / NAME / "current" / "verify.json"
+    assert json.loads(record.read_text())["slow_nodes"][0]["node"] == "node6"
