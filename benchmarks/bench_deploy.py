@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks._record import record  # noqa: E402
+from hpckit.clusters import ClusterDir  # noqa: E402
 from tests.labutil import hpckit, lab_blueprint  # noqa: E402
 
 
@@ -49,7 +50,7 @@ def timed_deploy(blueprint: Path, state: Path) -> tuple[float, dict[str, float]]
 
 def plain_noop(state: Path, cluster: str) -> float:
     """ansible-playbook with an empty config (Ansible's defaults) on the record's inventory and extravars."""
-    current = state / "clusters" / cluster / "current"
+    current = ClusterDir.of(cluster, state).current
     empty = Path(tempfile.mkdtemp()) / "ansible.cfg"
     empty.write_text("[defaults]\n")
     env = {**os.environ, "ANSIBLE_CONFIG": str(empty), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}

@@ -84,7 +84,7 @@ class Cluster:
 
     def on(self, host: str, *argv: str, check: bool = True, timeout: float = 60) -> Any:
         """Run argv on `host` over SSH (the deployment record's access); returns the CommandResult."""
-        from hpckit.deploy.record import load_access
+        from hpckit.clusters import load_access
         from hpckit.slurm.connect import ssh_to
 
         conn = ssh_to(load_access(self.name, self.state), host)

@@ -21,8 +21,7 @@ from hpckit.bench.registry import get
 from hpckit.bench.run import BenchJobFailed, BenchRequest, Context, run_bench
 from hpckit.blueprint.loader import load_blueprint
 from hpckit.cli.bench import _failures
-from hpckit.deploy.inventory import SshAccess
-from hpckit.deploy.record import ClusterAccess
+from hpckit.clusters import ClusterAccess, SshAccess
 from hpckit.slurm.client import SlurmClient
 from hpckit.slurm.jobparse import JobRecord
 from hpckit.slurm.jobs import JobInfo, Jobs

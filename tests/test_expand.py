@@ -18,9 +18,10 @@ from hypothesis import strategies as st
 
 from benchmarks.bench_blueprint import many_partitions as blueprint_text
 from hpckit.blueprint import load_blueprint, parse_blueprint
+from hpckit.clusters import SshAccess
 from hpckit.deploy import render as render_module
 from hpckit.deploy.expand import expand
-from hpckit.deploy.inventory import SshAccess, build_extravars, ordered_hostlist
+from hpckit.deploy.inventory import build_extravars, ordered_hostlist
 from hpckit.deploy.playvars import build_vars
 from hpckit.deploy.render import Inventory, host_context, render, render_all
 from hpckit.errors import InputError

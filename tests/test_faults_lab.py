@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from hpckit.clusters import ClusterDir
 from hpckit.lab import provider
 from tests.labutil import CliRun, Cluster, lab_blueprint, needs_lab
 
@@ -244,7 +245,7 @@ def test_a_node_removed_from_the_blueprint_stops_and_the_record_says_what_was_do
     assert done.rc == 0, done.stdout + done.stderr
     assert not Path(f"/proc/{node_pid}").exists()  # the machine, its slurmd with it
     assert HEALTHY not in flab.states()
-    record = flab.state / "clusters" / NAME / "current"
+    record = ClusterDir.of(NAME, flab.state).current
     run = json.loads((record / "run.json").read_text())
     assert run["command"].startswith("hpckit deploy ") and run["command"].endswith("--join-timeout 90")
     assert run["user"] == "root" and len(run["blueprint_sha256"]) == 64

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from hpckit.clusters import RecordError, load_access
 from hpckit.deploy.join import wait_for_join
-from hpckit.deploy.record import DeploymentRecord, RecordError, load_access, mark_destroyed, run_info
+from hpckit.deploy.record import DeploymentRecord, mark_destroyed, run_info
 from hpckit.health.config import parse_config
 from hpckit.health.model import Row, Status
 from hpckit.health.oob import ProbeResult, probe_command, reach_row
@@ -216,7 +217,7 @@ def test_probe_settings_and_command() -> None:
 
 def test_lab_blueprint_allows_the_probe_with_the_labs_own_key(tmp_path: Path) -> None:
     from hpckit.blueprint import load_blueprint
-    from hpckit.deploy.inventory import SshAccess
+    from hpckit.clusters import SshAccess
     from hpckit.deploy.playvars import build_vars
     from hpckit.deploy.targets import Target
 

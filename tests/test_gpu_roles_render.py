@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from hpckit.blueprint import Blueprint, load_blueprint
-from hpckit.deploy.inventory import SshAccess, build_extravars
+from hpckit.clusters import SshAccess
+from hpckit.deploy.inventory import build_extravars
 from hpckit.deploy.playvars import build_vars
 from hpckit.deploy.render import Inventory, host_context, render, render_value, topology_filter
 

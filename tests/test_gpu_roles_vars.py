@@ -183,8 +183,9 @@ def test_driver_dcgm_smoke_image_and_hooks_reach_the_roles(tmp_path: Path) -> No
 
 
 def test_merge_adds_host_vars_and_extravars_without_touching_the_inputs(repo: Path) -> None:
+    from hpckit.clusters import SshAccess
     from hpckit.deploy.gpu_vars import merge_gpu_vars
-    from hpckit.deploy.inventory import SshAccess, build_extravars, build_inventory
+    from hpckit.deploy.inventory import build_extravars, build_inventory
     from hpckit.deploy.render import Inventory
 
     bp = load_blueprint(repo / "blueprints" / "h100-ib.yaml")

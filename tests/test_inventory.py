@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import pytest
 import yaml
 
 from hpckit.blueprint import load_blueprint, parse_blueprint
-from hpckit.deploy.inventory import LAB_SLURM_VARS, SshAccess, build_extravars, build_inventory, host_entries
+from hpckit.clusters import SshAccess
+from hpckit.deploy.inventory import LAB_SLURM_VARS, build_extravars, build_inventory, host_entries
 from hpckit.deploy.playvars import build_vars, with_health_conf
 from hpckit.deploy.render import Inventory
 
@@ -70,10 +73,88 @@ def test_real_cluster_extravars_have_no_lab_switches(repo: Path) -> None:
     assert list(inv["all"]["children"]["slurm_login"]["hosts"]) == ["login01", "login02"]
 
 
-def test_no_secret_ever_in_extravars(repo: Path) -> None:
-    for name in ("lab.yaml", "h100-ib.yaml"):
-        text = yaml.safe_dump(build_extravars(load_blueprint(repo / "blueprints" / name))).lower()
-        assert "password" not in text and "munge.key" not in text and "secret" not in text
+# Canaries planted where a deploying machine holds secrets: the SSH private key's bytes, and the environment.
+CANARY_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nhpckitCanaryKeyBytes0f9d2c\n-----END OPENSSH PRIVATE KEY-----\n"
+CANARY_ENV = {
+    "MYSQL_PWD": "hpckitCanaryDbPw71ac",
+    "SLURM_JWT": "hpckitCanaryJwt5e02",
+    "MUNGE_KEY": "hpckitCanaryMunge3b",
+}
+
+
+def _secret_variables(roles: Path) -> set[str]:
+    """The variables whose values are secret bytes, as the roles themselves say: what a no_log task registers,
+    and every role variable computed from one of those (slurm_accounting_db_password, ...)."""
+    registered: set[str] = set()
+    for path in roles.glob("*/tasks/*.yml"):
+        stack = list(yaml.safe_load(path.read_text()) or [])
+        while stack:
+            task = stack.pop()
+            stack += [t for k in ("block", "rescue", "always") for t in task.get(k, [])]
+            if task.get("no_log") and task.get("register"):
+                registered.add(task["register"])
+    derived = {
+        name
+        for path in roles.glob("*/vars/main.yml")
+        for name, value in (yaml.safe_load(path.read_text()) or {}).items()
+        if any(secret in str(value) for secret in registered)
+    }
+    return registered | derived
+
+
+def _leaks(text: str) -> list[str]:
+    import base64
+
+    secrets = [CANARY_KEY.splitlines()[1], *CANARY_ENV.values()]
+    spellings = {s: (s, base64.b64encode(s.encode()).decode()[:16], s.encode().hex()) for s in secrets}
+    return [s for s, forms in spellings.items() if any(form in text for form in forms)]
+
+
+def test_no_secret_ever_in_extravars(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Structural: plant secret values where this machine holds them, build both example clusters' vars and
+    write a record of them; no planted value reaches inventory, extravars, the record or its events, and no
+    variable the roles hold secret bytes in is set from here (extravars would override it, and sit on disk)."""
+    from hpckit.clusters import ClusterAccess
+    from hpckit.deploy.record import DeploymentRecord, run_info
+    from hpckit.deploy.runner import _slim
+
+    key = tmp_path / "id_canary"
+    key.write_text(CANARY_KEY)
+    for name, value in CANARY_ENV.items():
+        monkeypatch.setenv(name, value)
+    secret_names = _secret_variables(repo / "ansible" / "roles")
+    assert {"munge_key_content", "slurm_accounting_db_password"} <= secret_names  # the walk sees the roles
+    h100 = (repo / "blueprints" / "h100-ib.yaml").read_text().replace("$(vars.ssh_key)", str(key))
+    for bp in (load_blueprint(repo / "blueprints" / "lab.yaml"), parse_blueprint(h100)):
+        access = SshAccess("root", 22, str(key), str(tmp_path / "known_hosts"))
+        inventory, extravars = build_vars(bp, access)
+        host_vars = [v for g in _groups(inventory) for v in (g.get("hosts") or {}).values() if v]
+        set_here = set(extravars) | set(inventory["all"]["vars"]) | {k for v in host_vars for k in v}
+        assert not set_here & secret_names, bp.name
+        record = DeploymentRecord.create(bp.cluster_name, tmp_path / "state")
+        expanded = bp.model_dump(mode="json")
+        record.write_json("blueprint.json", expanded)
+        record.write_json("run.json", run_info(expanded))
+        record.write_yaml("inventory.yml", inventory)
+        record.write_yaml("extravars.yml", extravars)
+        record.write_access(ClusterAccess(bp.cluster_name, "l", "a", "c", {}, access, False))
+        # A no_log task's event as ansible-runner hands it over, had Ansible failed to censor it.
+        res = {"content": CANARY_ENV["MUNGE_KEY"], "stdout": CANARY_ENV["MYSQL_PWD"], "changed": True}
+        event = {"event": "runner_on_ok", "event_data": {"host": "ctl", "task": "t", "res": res}}
+        record.events_file.write_text(yaml.safe_dump(_slim(event)))
+        on_disk = "".join(p.read_text() for p in record.path.rglob("*") if p.is_file())
+        assert str(key) in on_disk  # the key's path is recorded, so the scan sees what deploy writes
+        assert _leaks(on_disk) == [], bp.name
+    assert _leaks(CANARY_KEY + "".join(CANARY_ENV.values())) != []  # the scan finds a planted value
+
+
+def _groups(inventory: dict[str, Any]) -> list[dict[str, Any]]:
+    found, stack = [], [inventory["all"]]
+    while stack:
+        group = stack.pop()
+        found.append(group)
+        stack += list((group.get("children") or {}).values())
+    return found
 
 
 def test_lab_addresses_are_assigned_when_absent() -> None:
@@ -121,7 +202,13 @@ def test_build_vars_wires_gpu_roles_and_health_into_the_lab(repo: Path) -> None:
     node = Inventory(inv).variables("node1")
     assert node["hpckit_gpu_count"] == 4 and node["nvidia_gres_devices"] == [{"first": 0, "last": 3, "cores": ""}]
     assert "hpckit_health_infiniband" not in node  # no fabric in the lab
-    assert build_inventory(bp, SshAccess("root")) != inv  # the contract's own builder stays untouched
+    # Exactly the contract's inventory plus the GPU roles' device lines on each GPU host: nothing dropped, no
+    # contract value changed, and the lab's health checks need no host vars (no fabric, emulated GPUs).
+    expected = build_inventory(bp, SshAccess("root"))
+    gpu_hosts = expected["all"]["children"]["slurm_compute"]["children"]["partition_gpu"]["hosts"]
+    for name in ("node1", "node2", "node3", "node4"):
+        gpu_hosts[name]["nvidia_gres_devices"] = [{"first": 0, "last": 3, "cores": ""}]
+    assert inv == expected
 
 
 def test_build_vars_of_a_real_cluster(repo: Path) -> None:

@@ -119,16 +119,36 @@ def test_root_ssh_from_host_with_generated_key(lab: LabStatus) -> None:
         assert result.stdout.strip() == node.name
 
 
-def test_fabric_reaches_a_node_with_strict_host_keys(lab: LabStatus) -> None:
-    from fabric import Connection
-    from paramiko import RejectPolicy  # type: ignore[import-untyped]
+def test_fabric_reaches_a_node_with_strict_host_keys(lab: LabStatus, tmp_path: Path) -> None:
+    """hpckit's own SSH transport (the one deploy, jobs and health use) reaches a node whose key the lab's
+    known hosts hold, and refuses one whose key it does not know or that answers with another key."""
+    from hpckit.clusters import SshAccess
+    from hpckit.slurm.connect import ssh_transport
+    from hpckit.slurm.transport import TransportError
 
     identity = ssh_identity(CLUSTER, STATE_ROOT)
-    kwargs = {"key_filename": str(identity.private_key), "look_for_keys": False, "allow_agent": False}
-    with Connection("10.77.9.11", user=identity.user, connect_kwargs=kwargs) as conn:
-        conn.client.load_host_keys(str(identity.known_hosts))
-        conn.client.set_missing_host_key_policy(RejectPolicy())
-        assert conn.run("hostname", hide=True, in_stream=False).stdout.strip() == "node1"
+    known = identity.known_hosts.read_text()
+
+    def hostname(known_hosts: Path) -> str:
+        access = SshAccess(identity.user, 22, str(identity.private_key), str(known_hosts))
+        conn = ssh_transport(access, "10.77.9.11", "node1")
+        try:
+            return conn.run(["hostname"], timeout=20).stdout.strip()
+        finally:
+            conn.close()
+
+    assert hostname(identity.known_hosts) == "node1"
+    unknown = tmp_path / "unknown"  # every lab key but node1's: node1 is a host never seen
+    unknown.write_text(
+        "".join(line for line in known.splitlines(True) if "10.77.9.11" not in line.split()[0].split(","))
+    )
+    with pytest.raises(TransportError, match="not found in known_hosts"):
+        hostname(unknown)
+    impostor = tmp_path / "impostor"  # node1's address with ctl's key: a host answering with another key
+    ctl_key = next(line.split(None, 1)[1] for line in known.splitlines() if "10.77.9.10" in line.split()[0].split(","))
+    impostor.write_text(unknown.read_text() + f"10.77.9.11 {ctl_key}")
+    with pytest.raises(TransportError, match="cannot reach node1"):
+        hostname(impostor)
 
 
 def test_ansible_facts_see_the_node(lab: LabStatus) -> None:

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from hpckit.blueprint import load_blueprint, parse_blueprint
-from hpckit.deploy.inventory import SshAccess
+from hpckit.clusters import SshAccess
 from hpckit.deploy.targets import Target
 from hpckit.hardware import hardware_table
 from hpckit.health.parsers import IbPort, parse_ibstat, parse_ibstatus, parse_query_q

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from hpckit.blueprint import parse_blueprint
+from hpckit.clusters import SshAccess
 from hpckit.deploy.changes import Action, key_action, plan_changes, slurm_conf_changes
 from hpckit.deploy.events import ConfigDiff
-from hpckit.deploy.inventory import SshAccess
 from hpckit.deploy.playvars import build_vars
 from hpckit.deploy.release_vars import slurm_conf_for_release
 from hpckit.slurm_releases import (

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,7 +9,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from hpckit.blueprint.models import Blueprint, Partition
-from hpckit.deploy.record import RecordError, state_root
+from hpckit.clusters import ClusterDir, RecordError, recorded_clusters
 from hpckit.errors import InputError
 from hpckit.hardware import hardware_table
 from hpckit.jobs.params import suggest
@@ -73,12 +72,10 @@ def _partition(bp: Blueprint, name: str | None) -> Partition:
 
 def load_blueprint(cluster: str, state: Path | None = None) -> Blueprint:
     """The blueprint the cluster was last deployed with (the record's blueprint.json)."""
-    path = (state or state_root()) / "clusters" / cluster / "current" / "blueprint.json"
+    path, data = ClusterDir.of(cluster, state).blueprint()
     try:
-        return Blueprint.model_validate(json.loads(path.read_text()))
-    except FileNotFoundError:
-        raise RecordError(f"no deployment recorded for cluster {cluster!r} (looked for {path})") from None
-    except (ValueError, ValidationError) as exc:
+        return Blueprint.model_validate(data)
+    except ValidationError as exc:
         raise RecordError(f"deployment record {path} is unreadable: {exc}") from None
 
 
@@ -96,6 +93,5 @@ def default_cluster(state: Path | None = None) -> str | None:
     """
     if named := os.environ.get("HPCKIT_CLUSTER"):
         return named
-    root = (state or state_root()) / "clusters"
-    recorded = sorted(p.parent.parent.name for p in root.glob("*/current/access.json"))
+    recorded = recorded_clusters(state)
     return recorded[0] if len(recorded) == 1 else None

@@ -60,6 +60,13 @@ def deploy_cmd(
     verified = _verify(bp, result, verify_timeout, quiet, as_json) if verify and result.ok else None
     if as_json:
         click.echo((result.record.path / "summary.json").read_text())
+    if result.outcome.status == "canceled":
+        click.echo(
+            "deploy interrupted (Ctrl-C): Ansible stopped mid-run, so hosts may be part-way through a task; "
+            "run `hpckit deploy` again to converge them",
+            err=True,
+        )
+        sys.exit(130)  # 128 + SIGINT, as a shell reports a command Ctrl-C ended
     sys.exit(0 if result.ok and (verified is None or verified["status"] == "passed") else 1)
 
 

@@ -12,18 +12,12 @@ from typing import Any
 
 from hpckit import __version__
 from hpckit.blueprint.models import Blueprint
+from hpckit.clusters import BLUEPRINT, INVENTORY, ClusterAccess, ClusterDir
 from hpckit.deploy.events import Tracker
 from hpckit.deploy.inventory import host_entries
 from hpckit.deploy.join import SLURMD_LOG, JoinReport, wait_for_join
 from hpckit.deploy.playvars import build_vars
-from hpckit.deploy.record import (
-    RECORDED_CONFIGS,
-    ClusterAccess,
-    DeploymentRecord,
-    retired_hosts,
-    run_info,
-    state_root,
-)
+from hpckit.deploy.record import RECORDED_CONFIGS, DeploymentRecord, retired_hosts, run_info
 from hpckit.deploy.runner import PlaybookRun, RunOutcome, ansible_version, run_playbook
 from hpckit.deploy.targets import Target, prepare_target
 from hpckit.errors import HpckitError
@@ -71,13 +65,13 @@ def deploy(bp: Blueprint, tracker: Tracker, sink: EventSink, opts: DeployOptions
     inventory["all"]["children"]["slurm_retired"]["hosts"] = retired
     tracker.tolerate(retired)
     expanded = bp.model_dump(mode="json")
-    record.write_json("blueprint.json", expanded)
+    record.write_json(BLUEPRINT, expanded)
     record.write_json("run.json", run_info(expanded))
-    record.write_yaml("inventory.yml", inventory)
+    record.write_yaml(INVENTORY, inventory)
     record.write_yaml("extravars.yml", extravars)
     tracker.expect_hosts([e.name for e in host_entries(bp)])
     t1 = time.monotonic()
-    run = PlaybookRun(limit=opts.limit, forks=opts.forks, fact_cache=record.path.parent.parent / "facts")
+    run = PlaybookRun(limit=opts.limit, forks=opts.forks, fact_cache=record.cluster_dir.facts)
     outcome = run_playbook(inventory, extravars, run, sink, keep_events=record.events_file)
     _timed(timings, "playbook", t1)
     result = DeployResult(tracker, outcome, record, timings=timings)
@@ -110,7 +104,7 @@ def plan(bp: Blueprint, tracker: Tracker, sink: EventSink) -> PlanResult:
         )
     tracker.expect_hosts([h for h in hosts if h not in new])
     limit = ",".join(["all", *(f"!{h}" for h in new)]) if new else None
-    facts = state_root() / "clusters" / bp.cluster_name / "facts"  # the cluster's own, as deploy's
+    facts = ClusterDir.of(bp.cluster_name).facts  # the cluster's own, as deploy's
     outcome = run_playbook(
         inventory, extravars, PlaybookRun(check=True, diff=True, limit=limit, fact_cache=facts), sink
     )

@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from hpckit.blueprint.models import Blueprint, StaticProvider
-from hpckit.deploy.inventory import SshAccess
+from hpckit.clusters import SshAccess
 from hpckit.deploy.playvars import build_vars
 from hpckit.deploy.render import Rendered, render_all
 from hpckit.errors import InputError

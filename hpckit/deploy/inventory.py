@@ -10,6 +10,7 @@ from typing import Any
 import hostlist
 
 from hpckit.blueprint.models import Blueprint, Hardware, LabProvider, Partition
+from hpckit.clusters import SshAccess
 from hpckit.hardware import hardware_table
 from hpckit.lab.blueprint import spec_from_blueprint
 
@@ -21,17 +22,6 @@ LAB_SLURM_VARS: dict[str, Any] = {
     "slurmd_config_overrides": True,
     "slurm_accounting_mariadb_skip_networking": True,  # the controller's MariaDB on its Unix socket only
 }
-
-
-@dataclass(frozen=True)
-class SshAccess:
-    """How Ansible and fabric reach every host."""
-
-    user: str
-    port: int = 22
-    key_file: str | None = None
-    known_hosts: str | None = None
-    python: str = "/usr/bin/python3"
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from hpckit.blueprint.models import Blueprint
+from hpckit.clusters import SshAccess
 from hpckit.deploy.gpu_vars import merge_gpu_vars
-from hpckit.deploy.inventory import SshAccess, build_extravars, build_inventory, partition_groups
+from hpckit.deploy.inventory import build_extravars, build_inventory, partition_groups
 from hpckit.deploy.release_vars import release_extravars
 from hpckit.health.deployvars import health_extravars, health_host_vars, slurm_conf_lines
 

@@ -15,6 +15,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,11 +53,19 @@ class RunOutcome:
 
 
 class _Cancel:
-    """Turns SIGINT into a cancel request that ansible_runner polls for."""
+    """Turns SIGINT into a cancel request that ansible_runner polls for.
+
+    Runner answers a cancel with SIGKILL to ansible-playbook's process group, but Ansible's workers each run in
+    a session of their own, so the task processes they started (a `command` on a local connection, the SSH
+    clients of the others) would outlive the deploy. So ansible-playbook first gets the SIGINT a terminal would
+    have given it (it stops its workers, and they their process groups), and a few seconds to end."""
+
+    GRACE_S = 10.0
 
     def __init__(self) -> None:
         self.requested = threading.Event()
         self._previous: Any = None
+        self._interrupted = False
 
     def __enter__(self) -> _Cancel:
         if threading.current_thread() is threading.main_thread():
@@ -68,7 +77,49 @@ class _Cancel:
             signal.signal(signal.SIGINT, self._previous)
 
     def __call__(self) -> bool:
-        return self.requested.is_set()
+        if not self.requested.is_set():
+            return False
+        if not self._interrupted:
+            self._interrupted = True
+            _interrupt_ansible(self.GRACE_S)
+        return True
+
+
+def _interrupt_ansible(grace: float) -> None:
+    """SIGINT to the ansible-playbook runner started from this process, then wait (at most ``grace`` s) until it
+    has ended; runner reaps it."""
+    playbooks = [pid for pid in _children() if b"ansible-playbook" in _read(f"/proc/{pid}/cmdline")]
+    for pid in playbooks:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGINT)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(_running(pid) for pid in playbooks):
+        time.sleep(0.1)
+
+
+def _children() -> list[int]:
+    """This process's direct children (from /proc: runner keeps its pexpect child to itself)."""
+    me = os.getpid()
+    found = []
+    for entry in os.listdir("/proc"):
+        stat = _read(f"/proc/{entry}/stat") if entry.isdigit() else b""
+        # pid (comm) state ppid ...: comm may hold spaces and parentheses, so split after its last ')'.
+        if stat and int(stat.rsplit(b")", 1)[1].split()[1]) == me:
+            found.append(int(entry))
+    return found
+
+
+def _running(pid: int) -> bool:
+    stat = _read(f"/proc/{pid}/stat")
+    return bool(stat) and stat.rsplit(b")", 1)[1].split()[0] != b"Z"
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
 
 
 def _envvars(run: PlaybookRun, data_dir: Path, control_dir: Path) -> dict[str, str]:

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpckit.blueprint.models import Blueprint, StaticProvider
-from hpckit.deploy.inventory import SshAccess, host_entries
+from hpckit.clusters import SshAccess
+from hpckit.deploy.inventory import host_entries
 from hpckit.lab.blueprint import spec_from_blueprint
 from hpckit.lab.errors import LabError
 from hpckit.lab.node import PRIVATE_ROOTS
@@ -16,6 +17,7 @@ from hpckit.lab.provider import lab_status, lab_up, ssh_identity, visible_in_nod
 from hpckit.lab.spec import LabSpec
 from hpckit.lab.ssh import NODE_BIN
 from hpckit.paths import PACKAGE_DIR
+from hpckit.slurm.connect import ssh_transport
 from hpckit.slurm.transport import SshTransport
 
 
@@ -57,12 +59,6 @@ def check_lab_can_run_hpckit() -> None:
             f"lab nodes cannot see {' or '.join(hidden)}: each node has its own {', '.join(PRIVATE_ROOTS)}. "
             "Install hpckit elsewhere (e.g. python3 -m venv /opt/hpckit) and deploy from there"
         )
-
-
-def ssh_transport(access: SshAccess, address: str, where: str) -> SshTransport:
-    key = Path(access.key_file).expanduser() if access.key_file else None
-    known = Path(access.known_hosts) if access.known_hosts else None
-    return SshTransport(address, access.user, access.port, key, known, where=where)
 
 
 def _not_running(spec: LabSpec) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -5,9 +5,14 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from hpckit.deploy.record import ClusterAccess, load_access
-from hpckit.deploy.targets import ssh_transport
+from hpckit.clusters import ClusterAccess, SshAccess, load_access
 from hpckit.slurm.transport import LocalTransport, SshTransport, Transport
+
+
+def ssh_transport(access: SshAccess, address: str, where: str) -> SshTransport:
+    key = Path(access.key_file).expanduser() if access.key_file else None
+    known = Path(access.known_hosts) if access.known_hosts else None
+    return SshTransport(address, access.user, access.port, key, known, where=where)
 
 
 def ssh_to(access: ClusterAccess, host: str) -> SshTransport:
