@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from hpckit.cron import parse_cron
 from hpckit.errors import InputError
 from hpckit.health.config import ConfigError, load_config, parse_config
 from hpckit.health.model import Bounds, Row, Status
 from hpckit.health.registry import check, select
-from hpckit.health.schedule import JOB_NAME, ensure_chain, parse_cron, sbatch_chain_argv
+from hpckit.health.schedule import JOB_NAME, ensure_chain, sbatch_chain_argv
 from hpckit.health.slurmconf import SlurmConfError, parse_nodes, parse_settings
 from hpckit.slurm.nodes import JobOps, parse_fleet
 from hpckit.slurm.transport import CommandResult

@@ -202,12 +202,12 @@ def test_build_vars_wires_gpu_roles_and_health_into_the_lab(repo: Path) -> None:
     node = Inventory(inv).variables("node1")
     assert node["hpckit_gpu_count"] == 4 and node["nvidia_gres_devices"] == [{"first": 0, "last": 3, "cores": ""}]
     assert "hpckit_health_infiniband" not in node  # no fabric in the lab
-    # Exactly the contract's inventory plus the GPU roles' device lines on each GPU host: nothing dropped, no
-    # contract value changed, and the lab's health checks need no host vars (no fabric, emulated GPUs).
+    # Exactly the contract's inventory plus the GPU roles' device lines for the GPU partition (its group
+    # vars: every node of it has the same GPUs): nothing dropped, no contract value changed, and the lab's
+    # health checks need no host vars (no fabric, emulated GPUs).
     expected = build_inventory(bp, SshAccess("root"))
-    gpu_hosts = expected["all"]["children"]["slurm_compute"]["children"]["partition_gpu"]["hosts"]
-    for name in ("node1", "node2", "node3", "node4"):
-        gpu_hosts[name]["nvidia_gres_devices"] = [{"first": 0, "last": 3, "cores": ""}]
+    gpu_group = expected["all"]["children"]["slurm_compute"]["children"]["partition_gpu"]
+    gpu_group["vars"]["nvidia_gres_devices"] = [{"first": 0, "last": 3, "cores": ""}]
     assert inv == expected
 
 

@@ -32,7 +32,7 @@ ROOT_NAME = "(hpckit)"  # `from hpckit import __version__`
 
 FLOORS: dict[str, int] = {
     **dict.fromkeys([ROOT_NAME, "errors", "paths"], 0),
-    **dict.fromkeys(["hardware", "slurm_releases", "clusters"], 1),
+    **dict.fromkeys(["hardware", "slurm_releases", "clusters", "cron"], 1),
     **dict.fromkeys(["blueprint", "lab", "slurm", "results", "hw"], 2),
     **dict.fromkeys(["jobs", "health"], 3),
     "deploy": 4,

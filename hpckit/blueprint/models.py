@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 import hostlist
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from hpckit.cron import parse_cron
 from hpckit.errors import InputError
 from hpckit.hardware import hardware_table
 
@@ -424,8 +425,6 @@ class HealthSettings(Strict):
     @field_validator("nightly")
     @classmethod
     def _cron(cls, value: str) -> str:
-        from hpckit.health.schedule import parse_cron  # the parser the sweep schedules itself with
-
         try:
             parse_cron(value)
         except InputError as exc:

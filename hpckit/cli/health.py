@@ -222,7 +222,8 @@ def schedule_cmd(
     _forward(cluster)
     import datetime as dt
 
-    from hpckit.health.schedule import ensure_chain, parse_cron
+    from hpckit.cron import parse_cron
+    from hpckit.health.schedule import ensure_chain
     from hpckit.health.sweep import detach_from_job
     from hpckit.slurm.nodes import JobOps
     from hpckit.slurm.transport import LocalTransport

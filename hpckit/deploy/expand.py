@@ -21,13 +21,13 @@ from typing import Any
 import yaml
 
 from hpckit.blueprint.models import Blueprint, StaticProvider
-from hpckit.clusters import SshAccess
+from hpckit.clusters import INVENTORY, SshAccess
 from hpckit.deploy.playvars import build_vars
 from hpckit.deploy.render import Rendered, render_all
 from hpckit.errors import InputError
 
 MANIFEST = "files.yml"
-_OWN = ("inventory.yml", "extravars.yml", MANIFEST)
+_OWN = (INVENTORY, "extravars.yml", MANIFEST)  # a record's names: the same ansible-playbook line runs both
 _Dumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
@@ -61,7 +61,7 @@ def expand(bp: Blueprint, folder: Path, *, fabric: str | None = None, configs: b
         timings["configs"] = time.perf_counter() - start
     start = time.perf_counter()
     _clear(folder)
-    _write_yaml(folder / "inventory.yml", inventory)
+    _write_yaml(folder / INVENTORY, inventory)
     _write_yaml(folder / "extravars.yml", extravars)
     for item in files:
         target = folder / "files" / item.path
