@@ -19,7 +19,11 @@ SCHEMA = "hpckit-blueprint.schema.json"
 class BuildWithSchema(build_py):
     def run(self) -> None:
         super().run()
-        self.copy_file(SCHEMA, str(Path(self.build_lib, "hpckit", "_assets", SCHEMA)))
+        # An editable build maps the asset packages to the source folders, so nothing has created
+        # build_lib/hpckit/_assets yet; a regular wheel build has.
+        target = Path(self.build_lib, "hpckit", "_assets", SCHEMA)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        self.copy_file(SCHEMA, str(target))
 
 
 setup(
