@@ -295,7 +295,7 @@ def test_gpu_nodes_the_slow_node_then_its_rail(tmp_path: Path) -> None:
     assert all(r.judged[0].measurement.expected_low == pytest.approx(46.25) for r in rails)
     # what Slurm was asked: 8 GPUs a node, the probe's nodes, one HCA on the rail probes, sizes past 1 GiB
     rail_script = next(s for s in slurm.scripts if "NCCL_IB_HCA" in s)
-    assert "#SBATCH --nodelist='gpu[01,06]'" in rail_script
+    assert "#SBATCH --nodelist=gpu[01,06]\n" in rail_script  # sbatch's own syntax: no shell quotes
     assert "export NCCL_IB_HCA==mlx5_0\n" in rail_script and "-b 1G -e 4G" in rail_script
     assert all("#SBATCH --gpus-per-node=8" in s for s in slurm.scripts)
     assert report.jobs == 8 + 2 + 2 + 2 + 8
