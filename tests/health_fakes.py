@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from hpckit.slurm.transport import CommandResult
+from hpckit.proc import CommandResult
 
 
 @dataclass

@@ -30,12 +30,12 @@ from hpckit.blueprint.loader import load_blueprint
 from hpckit.errors import InputError
 from hpckit.hardware import hardware_table
 from hpckit.jobs.submit import render
+from hpckit.proc import CommandResult, LocalTransport
 from hpckit.results import parse_file
 from hpckit.slurm.client import SlurmClient
 from hpckit.slurm.jobparse import JobRecord
 from hpckit.slurm.jobs import JobInfo, Jobs
 from hpckit.slurm.parsers import parse_sinfo_nodes
-from hpckit.slurm.transport import CommandResult, LocalTransport
 
 DATA = Path(__file__).resolve().parent / "data" / "bench"
 TABLE = hardware_table()

@@ -25,11 +25,11 @@ from hpckit.bench.probes import JobRunner
 from hpckit.bench.registry import get
 from hpckit.bench.run import BenchRequest, Context
 from hpckit.health.policy import PolicySettings
+from hpckit.proc import CommandResult, LocalTransport
 from hpckit.slurm.client import SlurmClient
 from hpckit.slurm.jobparse import JobRecord
 from hpckit.slurm.jobs import JobInfo, Jobs
 from hpckit.slurm.nodes import NodeOps
-from hpckit.slurm.transport import CommandResult, LocalTransport
 
 DATA = Path(__file__).resolve().parent / "data" / "bench"
 H100_SWEEP = (DATA / "all_reduce-modern-2node-16gpu-h100-a3mega-full-sweep.txt").read_text()

@@ -18,10 +18,10 @@ from hpckit.bench.registry import get
 from hpckit.bench.run import BenchRequest
 from hpckit.cli import bench as cli_bench
 from hpckit.errors import InputError
+from hpckit.proc import TransportError
 from hpckit.slurm.client import SlurmClient
 from hpckit.slurm.jobparse import JobRecord
 from hpckit.slurm.jobs import JobInfo, Jobs, JobWaitTimeout
-from hpckit.slurm.transport import TransportError
 from tests.test_bench import FakeSlurm
 from tests.test_bench_run import DATA, FakeCluster, context
 

@@ -22,10 +22,10 @@ from hpckit.bench.run import BenchJobFailed, BenchRequest, Context, run_bench
 from hpckit.blueprint.loader import load_blueprint
 from hpckit.cli.bench import _failures
 from hpckit.clusters import ClusterAccess, SshAccess
+from hpckit.proc import CommandResult, LocalTransport
 from hpckit.slurm.client import SlurmClient
 from hpckit.slurm.jobparse import JobRecord
 from hpckit.slurm.jobs import JobInfo, Jobs
-from hpckit.slurm.transport import CommandResult, LocalTransport
 
 DATA = Path(__file__).resolve().parent / "data" / "bench"
 LAB_NODES = ("node1", "node2", "node3", "node4")

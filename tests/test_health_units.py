@@ -17,8 +17,8 @@ from hpckit.health.model import Bounds, Row, Status
 from hpckit.health.registry import check, select
 from hpckit.health.schedule import JOB_NAME, ensure_chain, sbatch_chain_argv
 from hpckit.health.slurmconf import SlurmConfError, parse_nodes, parse_settings
+from hpckit.proc import CommandResult
 from hpckit.slurm.nodes import JobOps, parse_fleet
-from hpckit.slurm.transport import CommandResult
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from hpckit.proc import CommandResult, LocalTransport, TransportError
 from hpckit.slurm.jobparse import (
     JobRecord,
     base_state,
@@ -41,7 +42,6 @@ from hpckit.slurm.jobs import (
     poll_intervals,
 )
 from hpckit.slurm.parsers import SlurmParseError
-from hpckit.slurm.transport import CommandResult, LocalTransport, TransportError
 from tests.jobutil import cli_with_jobs
 
 DATA = Path(__file__).resolve().parent / "data" / "jobs"

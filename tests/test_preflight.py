@@ -21,7 +21,7 @@ from hpckit.preflight.compare import Context, build_report, gpu_rows, host_rows,
 from hpckit.preflight.expect import HostPlan, MountNeed, expectations
 from hpckit.preflight.model import Report, Row, Severity
 from hpckit.preflight.probes import HostProbes, Probe, ProbeResult, probe_hosts, probes_for
-from hpckit.slurm.transport import CommandResult, TransportError
+from hpckit.proc import CommandResult, TransportError
 
 DATA = Path(__file__).parent / "data" / "preflight"
 REC = DATA / "recorded"

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpckit.errors import HpckitError
+from hpckit.proc import CommandResult, Transport
 from hpckit.slurm.parsers import SINFO_NODES_FORMAT, NodeState, parse_sinfo_nodes, parse_version
-from hpckit.slurm.transport import CommandResult, Transport
 
 
 class SlurmCommandError(HpckitError):

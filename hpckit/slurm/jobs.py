@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from hpckit.errors import HpckitError
+from hpckit.proc import CommandResult, LocalTransport, Transport, TransportError
 from hpckit.slurm.directives import DirectiveError, read_directives
 from hpckit.slurm.jobparse import (
     SACCT_FIELDS,
@@ -41,7 +42,6 @@ from hpckit.slurm.jobparse import (
     slurm_error,
     task_failures,
 )
-from hpckit.slurm.transport import CommandResult, LocalTransport, Transport, TransportError
 
 POLL_FIRST_S = 0.05
 POLL_MAX_S = 1.0

@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from hpckit.errors import HpckitError
+from hpckit.proc import CommandResult, Transport
 from hpckit.slurm.client import SlurmCommandError
 from hpckit.slurm.parsers import NodeState, parse_sinfo_nodes
-from hpckit.slurm.transport import CommandResult, Transport
 
 # %E (the reason) comes last: it is free text and may itself hold a "|".
 SINFO_FORMAT = "%N|%T|%P|%E"

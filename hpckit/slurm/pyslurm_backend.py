@@ -28,10 +28,10 @@ from typing import Any, TypeVar
 
 import hostlist
 
+from hpckit.proc import Transport, TransportError
 from hpckit.slurm.jobparse import TERMINAL_STATES, JobRecord, TestOnlyEstimate, base_state, expand_output_path
 from hpckit.slurm.jobs import CliBackend, JobError, JobInfo
 from hpckit.slurm.parsers import parse_version
-from hpckit.slurm.transport import Transport, TransportError
 
 # slurm_errno.h: ESLURM_INVALID_JOB_ID (the controller no longer knows the job).
 ESLURM_INVALID_JOB_ID = 2017
