@@ -15,9 +15,10 @@ from hpckit.errors import InputError
 from hpckit.health.config import ConfigError, load_config, parse_config
 from hpckit.health.model import Bounds, Row, Status
 from hpckit.health.registry import check, select
-from hpckit.health.schedule import JOB_NAME, ensure_chain, sbatch_chain_argv
+from hpckit.health.schedule import JOB_NAME, ensure_chain
 from hpckit.health.slurmconf import SlurmConfError, parse_nodes, parse_settings
 from hpckit.proc import CommandResult
+from hpckit.slurm.client import SlurmClient
 from hpckit.slurm.nodes import JobOps, parse_fleet
 
 REPO = Path(__file__).resolve().parent.parent
@@ -197,8 +198,12 @@ def test_chain_is_idempotent_and_replaces_a_stale_job() -> None:
 
 
 def test_sbatch_argv_shape() -> None:
-    argv = sbatch_chain_argv(["x"], dt.datetime(2026, 1, 2, 3, 4), output="/o", time_limit_min=5, partition=None)
-    assert argv[:2] == ["sbatch", "--parsable"] and "--dependency=singleton" in argv
+    queue = FakeQueue()
+    job_id = SlurmClient(queue).sbatch_wrap(
+        "x", "true", dt.datetime(2026, 1, 2, 3, 4), output="/o", time_limit_min=5, partition=None
+    )
+    argv = queue.calls[-1]
+    assert job_id == "42" and argv[:2] == ("sbatch", "--parsable") and "--dependency=singleton" in argv
 
 
 # --- registry and model ---------------------------------------------------------------------------------
