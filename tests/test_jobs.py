@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -42,6 +42,7 @@ from hpckit.slurm.jobs import (
     poll_intervals,
 )
 from hpckit.slurm.parsers import SlurmParseError
+from tests.fakes import Answer, FakeTransport, Reply
 from tests.jobutil import cli_with_jobs
 
 DATA = Path(__file__).resolve().parent / "data" / "jobs"
@@ -173,19 +174,14 @@ def test_expand_output_path() -> None:
 
 # --- the wait loop and errors, against a scripted transport -------------------------------------------------
 
-Reply = tuple[int, str, str]
 
+class ScriptedTransport(FakeTransport):
+    """A scripted FakeTransport that does what the shell does with hpckit's mkdir-then-sbatch command: `calls`
+    holds the mkdir and the sbatch, `raw_calls` the command as it ran."""
 
-class ScriptedTransport:
-    """Answers each command from a queue of replies per program; records what ran."""
-
-    where = "login"
-
-    def __init__(self, replies: Mapping[str, Sequence[Reply | Callable[[], Reply]]]) -> None:
-        self.replies = {name: list(items) for name, items in replies.items()}
-        self.calls: list[tuple[str, ...]] = []
+    def __init__(self, replies: Mapping[str, Sequence[Answer]]) -> None:
+        super().__init__(replies={name: list(items) for name, items in replies.items()})
         self.raw_calls: list[tuple[str, ...]] = []
-        self.stdin: list[str | None] = []
 
     def run(
         self,
@@ -200,12 +196,7 @@ class ScriptedTransport:
             # What the shell does with it: mkdir -p DIR..., then sbatch OPTION with the script on its stdin.
             self.calls.append(("mkdir", "-p", "--", *argv[5:]))
             argv = ["sbatch", argv[4]]
-        self.calls.append(tuple(argv))
-        self.stdin.append(stdin)
-        queue = self.replies[argv[0]]
-        reply = queue.pop(0) if len(queue) > 1 else queue[0]
-        rc, out, err = reply() if callable(reply) else reply
-        return CommandResult(tuple(argv), rc, out, err, self.where)
+        return super().run(argv, stdin=stdin, timeout=timeout, env=env)
 
 
 class FakeClock:

@@ -12,7 +12,7 @@ import contextlib
 import os
 import shlex
 import signal
-import subprocess
+import subprocess  # here alone: every program hpckit starts goes through this module
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Protocol, TypeAlias
