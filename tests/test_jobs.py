@@ -183,20 +183,13 @@ class ScriptedTransport(FakeTransport):
         super().__init__(replies={name: list(items) for name, items in replies.items()})
         self.raw_calls: list[tuple[str, ...]] = []
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: str | None = None,
-        timeout: float | None = 60.0,
-        env: Mapping[str, str] | None = None,
-    ) -> CommandResult:
-        self.raw_calls.append(tuple(argv))
-        if tuple(argv[:2]) == ("sh", "-c") and argv[3] == "hpckit-submit":
+    def answer(self, args: tuple[str, ...]) -> CommandResult:
+        self.raw_calls.append(args)
+        if args[:2] == ("sh", "-c") and args[3] == "hpckit-submit":
             # What the shell does with it: mkdir -p DIR..., then sbatch OPTION with the script on its stdin.
-            self.calls.append(("mkdir", "-p", "--", *argv[5:]))
-            argv = ["sbatch", argv[4]]
-        return super().run(argv, stdin=stdin, timeout=timeout, env=env)
+            args = ("sbatch", args[4])
+            self.calls[-1:] = [("mkdir", "-p", "--", *self.raw_calls[-1][5:]), args]
+        return super().answer(args)
 
 
 class FakeClock:

@@ -362,7 +362,7 @@ def nsenter_argv(record: NodeRecord, argv: Sequence[str]) -> list[str]:
     ]
 
 
-@dataclass(frozen=True)
+@dataclass
 class NodeTransport:
     """Commands inside a running node, as root from its root dir: the lab's Transport (nsenter), beside the
     local and SSH ones of hpckit.proc. Past ``timeout`` the whole command is killed, inside the node too."""
