@@ -61,7 +61,7 @@ def quick_latency(cluster: Cluster, nodes: int, repeat: int) -> list[float]:
             start = time.monotonic()
             done = lab_exec(cluster.name, f"node{i}", [HEALTH, "check", "--tier", "quick", "--act"], timeout=120)
             times.append(time.monotonic() - start)
-            if done.returncode != 0 or "quick tier" not in done.stdout:
+            if done.rc != 0 or "quick tier" not in done.stdout:
                 raise SystemExit(f"quick tier on node{i} failed: {done.stdout}{done.stderr}")
     return times
 

@@ -36,8 +36,8 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks._record import record  # noqa: E402
 from hpckit.jobs.library import Library  # noqa: E402
+from hpckit.proc import Transport  # noqa: E402
 from hpckit.slurm.connect import login_transport  # noqa: E402
-from hpckit.slurm.transport import Transport  # noqa: E402
 from tests.jobutil import hpckit_jobs  # noqa: E402
 from tests.labutil import Cluster, lab_blueprint  # noqa: E402
 

@@ -1,11 +1,12 @@
-"""Test doubles for the health flows: a Slurm that answers sinfo/scontrol from a dict."""
+"""Test doubles for the health flows: a Slurm that answers sinfo/scontrol from a dict (a FakeTransport)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from hpckit.slurm.transport import CommandResult
+from hpckit.proc import CommandResult
+from tests.fakes import FakeTransport
 
 
 @dataclass
@@ -17,28 +18,20 @@ class FakeNode:
 
 
 @dataclass
-class FakeSlurm:
+class FakeSlurm(FakeTransport):
     """Answers `sinfo -h -N -o '%N|%T|%P|%E' [-n a,b]` and `scontrol update nodename=X state=...`."""
 
     nodes: dict[str, FakeNode] = field(default_factory=dict)
     updates: list[tuple[str, ...]] = field(default_factory=list)
-    where: str = "fake"
     broken: bool = False  # every command fails (munge down on this node)
     other: Callable[[tuple[str, ...]], CommandResult] | None = None  # answers what is not faked here
+    where: str = field(default="fake", kw_only=True)
 
     @classmethod
     def of(cls, *names: str) -> FakeSlurm:
         return cls({n: FakeNode() for n in names})
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: str | None = None,
-        timeout: float | None = 60.0,
-        env: Mapping[str, str] | None = None,
-    ) -> CommandResult:
-        args = tuple(argv)
+    def answer(self, args: tuple[str, ...]) -> CommandResult:
         if self.broken:
             return CommandResult(args, 1, "", "Invalid authentication credential", self.where)
         if args[0] == "sinfo":
@@ -63,6 +56,3 @@ class FakeSlurm:
         if self.other is not None:
             return self.other(args)
         return CommandResult(args, 127, "", f"{args[0]}: not faked", self.where)
-
-    def close(self) -> None:
-        """Nothing to close."""

@@ -42,7 +42,7 @@ from typing import Any
 
 import hostlist
 
-from hpckit.slurm.transport import CommandResult, LocalTransport
+from hpckit.proc import CommandResult, LocalTransport
 
 DATA = Path(__file__).resolve().parent / "data" / "jobs" / "lab"
 SLURM_ERROR = -1

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,12 +29,13 @@ from hpckit.blueprint.loader import load_blueprint
 from hpckit.errors import InputError
 from hpckit.hardware import hardware_table
 from hpckit.jobs.submit import render
+from hpckit.proc import LocalTransport
 from hpckit.results import parse_file
 from hpckit.slurm.client import SlurmClient
 from hpckit.slurm.jobparse import JobRecord
 from hpckit.slurm.jobs import JobInfo, Jobs
 from hpckit.slurm.parsers import parse_sinfo_nodes
-from hpckit.slurm.transport import CommandResult, LocalTransport
+from tests.fakes import FakeTransport
 
 DATA = Path(__file__).resolve().parent / "data" / "bench"
 TABLE = hardware_table()
@@ -308,7 +308,7 @@ def test_lost_nodes_and_last_row() -> None:
 
 
 @dataclass
-class FakeSlurm:
+class FakeSlurm(FakeTransport):
     """A job that pends, runs, and ends as `final`; node states as sinfo prints them, step by step."""
 
     states: list[str | None]
@@ -341,21 +341,10 @@ class FakeSlurm:
     def partitions(self) -> list[str]:
         return ["gpu"]
 
-    # -- Transport
-    where = "login"
-
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: str | None = None,
-        timeout: float | None = 60.0,
-        env: Mapping[str, str] | None = None,
-    ) -> CommandResult:
-        if argv[0] == "sinfo":
-            text = self.sinfo.pop(0) if len(self.sinfo) > 1 else self.sinfo[0]
-            return CommandResult(tuple(argv), 0, text, "", "login")
-        return CommandResult(tuple(argv), 0, self.output, "", "login")
+    # -- Transport: sinfo's states step by step; the job's output for anything else (cat, tail)
+    def __post_init__(self) -> None:
+        self.replies["sinfo"] = [(0, text, "") for text in self.sinfo]
+        self.default = (0, self.output, "")
 
 
 def _follow(fake: FakeSlurm, seen: list[Progress]) -> object:

@@ -25,11 +25,12 @@ from hpckit.bench.probes import JobRunner
 from hpckit.bench.registry import get
 from hpckit.bench.run import BenchRequest, Context
 from hpckit.health.policy import PolicySettings
+from hpckit.proc import CommandResult, LocalTransport
 from hpckit.slurm.client import SlurmClient
 from hpckit.slurm.jobparse import JobRecord
 from hpckit.slurm.jobs import JobInfo, Jobs
 from hpckit.slurm.nodes import NodeOps
-from hpckit.slurm.transport import CommandResult, LocalTransport
+from tests.fakes import FakeTransport
 
 DATA = Path(__file__).resolve().parent / "data" / "bench"
 H100_SWEEP = (DATA / "all_reduce-modern-2node-16gpu-h100-a3mega-full-sweep.txt").read_text()
@@ -200,7 +201,7 @@ def scaled(text: str, factor: float) -> str:
 
 
 @dataclass
-class FabricSlurm:
+class FabricSlurm(FakeTransport):
     """A fake Slurm whose jobs print the H100 sweep scaled to the nodes and rail they ran on."""
 
     slow_node: str
@@ -208,7 +209,6 @@ class FabricSlurm:
     jobs: dict[str, tuple[tuple[str, ...], str | None]] = field(default_factory=dict)
     scripts: list[str] = field(default_factory=list)
     name: str = "fake"
-    where: str = "login"
 
     def submit(self, script: str) -> str:
         self.scripts.append(script)
@@ -249,19 +249,16 @@ class FabricSlurm:
     def partitions(self) -> list[str]:
         return ["gpu"]
 
-    def close(self) -> None:
-        pass
-
-    def run(self, argv: Sequence[str], **_: object) -> CommandResult:  # the Transport's run
-        if argv[0] in ("cat", "tail"):
-            job_id = argv[-1].rsplit("-", 1)[1].split(".")[0]
-            return CommandResult(tuple(argv), 0, self.output(job_id), "", "login")
-        if argv[0] == "sinfo":
+    def answer(self, args: tuple[str, ...]) -> CommandResult:  # the Transport's
+        if args[0] in ("cat", "tail"):
+            job_id = args[-1].rsplit("-", 1)[1].split(".")[0]
+            return self.result(args, 0, self.output(job_id))
+        if args[0] == "sinfo":
             text = "\n".join(f"gpu{i:02d}|idle|gpu*|none" for i in range(1, 9))
             if self.slow_node:
                 text += f"\n{self.slow_node}|idle|gpu*|none"
-            return CommandResult(tuple(argv), 0, text, "", "login")
-        return CommandResult(tuple(argv), 0, "", "", "login")  # mkdir, the NCCL debug grep, scontrol update
+            return self.result(args, 0, text)
+        return self.result(args)  # mkdir, the NCCL debug grep, scontrol update
 
 
 HCAS = tuple(f"mlx5_{i}" for i in range(8))

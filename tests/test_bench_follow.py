@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 import pytest
+from click.testing import CliRunner
 
 from hpckit.bench.cluster import ClusterFacts
 from hpckit.bench.existing import judge_job
@@ -18,10 +19,10 @@ from hpckit.bench.registry import get
 from hpckit.bench.run import BenchRequest
 from hpckit.cli import bench as cli_bench
 from hpckit.errors import InputError
+from hpckit.proc import TransportError
 from hpckit.slurm.client import SlurmClient
 from hpckit.slurm.jobparse import JobRecord
 from hpckit.slurm.jobs import JobInfo, Jobs, JobWaitTimeout
-from hpckit.slurm.transport import TransportError
 from tests.test_bench import FakeSlurm
 from tests.test_bench_run import DATA, FakeCluster, context
 
@@ -210,3 +211,24 @@ def test_typed_options_carry_click_s_conversions() -> None:
     assert job.timeout == 30.0 and job.env == ("NCCL_ALGO=Ring",) and job.backend == "auto"
     req = cli_bench.request(get("allreduce"), run.nodes, job, run)
     assert req.nodes == 4 and req.timeout == 30.0 and not req.history and req.env == ("NCCL_ALGO=Ring",)
+
+
+def test_bisect_nodelist_is_read_as_a_hostlist() -> None:
+    bisect = cli_bench.bench_group.commands["bisect"]
+    ctx = bisect.make_context("bisect", ["--nodelist", "gpu[01-03,07]"])
+    assert cli_bench.typed(cli_bench.BisectOptions, dict(ctx.params)).nodelist == ("gpu01", "gpu02", "gpu03", "gpu07")
+    assert cli_bench.typed(cli_bench.BisectOptions, dict(bisect.make_context("bisect", []).params)).nodelist is None
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["bisect", "--nodelist", "gpu[01-"], "Invalid value for '--nodelist': 'gpu[01-'"),
+        (["allreduce", "-b", "1KB"], "Invalid value for '--min-bytes' / '-b': size '1KB'"),
+        (["allreduce", "--env", "NCCL_ALGO"], "Invalid value for '--env': --env 'NCCL_ALGO': expected NAME=VALUE"),
+    ],
+)
+def test_bad_option_values_stop_at_the_command_line(args: list[str], message: str) -> None:
+    """Read as click reads the options: a usage error (exit 2) before any cluster is looked up."""
+    done = CliRunner().invoke(cli_bench.bench_group, [*args, "--cluster", "nosuch"])
+    assert done.exit_code == 2 and message in done.output, done.output

@@ -7,7 +7,6 @@ filesystem is a folder here (ClusterFiles over a LocalTransport), so the history
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -22,26 +21,30 @@ from hpckit.bench.run import BenchJobFailed, BenchRequest, Context, run_bench
 from hpckit.blueprint.loader import load_blueprint
 from hpckit.cli.bench import _failures
 from hpckit.clusters import ClusterAccess, SshAccess
+from hpckit.proc import LocalTransport
 from hpckit.slurm.client import SlurmClient
 from hpckit.slurm.jobparse import JobRecord
 from hpckit.slurm.jobs import JobInfo, Jobs
-from hpckit.slurm.transport import CommandResult, LocalTransport
+from tests.fakes import FakeTransport
 
 DATA = Path(__file__).resolve().parent / "data" / "bench"
 LAB_NODES = ("node1", "node2", "node3", "node4")
 
 
 @dataclass
-class FakeCluster:
+class FakeCluster(FakeTransport):
     """Slurm's side of one job: RUNNING for a few polls, then `record`; the job prints `output`."""
 
     output: str
     record: JobRecord
     polls: int = 3
     scripts: list[str] = field(default_factory=list)
-    commands: list[tuple[str, ...]] = field(default_factory=list)
     name: str = "fake"
-    where: str = "login"
+
+    def __post_init__(self) -> None:
+        sinfo = "\n".join(f"{n}|allocated|none" for n in self.record.nodes)
+        self.replies.update(sinfo=[(0, sinfo, "")], cat=[(0, self.output, "")], tail=[(0, self.output, "")])
+        self.default = (0, "", "")  # mkdir, the NCCL debug grep
 
     def submit(self, script: str) -> str:
         self.scripts.append(script)
@@ -65,22 +68,6 @@ class FakeCluster:
 
     def partitions(self) -> list[str]:
         return ["gpu"]
-
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: str | None = None,
-        timeout: float | None = 60.0,
-        env: Mapping[str, str] | None = None,
-    ) -> CommandResult:
-        self.commands.append(tuple(argv))
-        if argv[0] == "sinfo":
-            text = "\n".join(f"{n}|allocated|none" for n in self.record.nodes)
-            return CommandResult(tuple(argv), 0, text, "", "login")
-        if argv[0] in ("cat", "tail"):
-            return CommandResult(tuple(argv), 0, self.output, "", "login")
-        return CommandResult(tuple(argv), 0, "", "", "login")  # mkdir, the NCCL debug grep
 
 
 def context(fake: FakeCluster, facts: ClusterFacts, shared: Path) -> Context:

@@ -72,7 +72,7 @@ class FaultLab(Cluster):
 
     def lx(self, node: str, script: str) -> None:
         done = provider.lab_exec(NAME, node, ["sh", "-c", script], timeout=60)
-        assert done.returncode == 0, f"{script} on {node}: {done.stdout}{done.stderr}"
+        assert done.rc == 0, f"{script} on {node}: {done.stdout}{done.stderr}"
 
     def states(self) -> dict[str, tuple[str, str]]:
         out = self.on("login", "sinfo", "-h", "-N", "-o", "%N|%T|%E").stdout

@@ -18,8 +18,8 @@ from hpckit.deploy.record import DeploymentRecord, mark_destroyed, run_info
 from hpckit.health.config import parse_config
 from hpckit.health.model import Row, Status
 from hpckit.health.oob import ProbeResult, probe_command, reach_row
+from hpckit.proc import CommandResult
 from hpckit.slurm.client import SlurmClient
-from hpckit.slurm.transport import CommandResult
 from tests.health_fakes import FakeNode, FakeSlurm
 
 REPO = Path(__file__).resolve().parent.parent

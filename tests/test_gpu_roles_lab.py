@@ -197,7 +197,7 @@ def test_shared_filesystems_are_mounted_writable_and_shared(lab: Lab) -> None:
 
 def test_a_missing_mount_fails_on_that_node_only(lab: Lab) -> None:
     done = provider.lab_exec(lab.bp.cluster_name, "node2", ["umount", "/hpckit-gpudev/scratch"])
-    assert done.returncode == 0, done.stderr
+    assert done.rc == 0, done.stderr
     tracker, outcome = lab.play("shared_fs_check.yml", {}, check=False)
     assert outcome.status == "failed"
     assert [f.host for f in tracker.failures] == ["node2"]

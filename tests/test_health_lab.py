@@ -36,7 +36,7 @@ class HealthLab:
 
         done = lab_exec(NAME, node, argv, timeout=120)
         if check:
-            assert done.returncode == 0, f"{argv} on {node}: {done.stdout}{done.stderr}"
+            assert done.rc == 0, f"{argv} on {node}: {done.stdout}{done.stderr}"
         return done
 
     def login(self, *argv: str, check: bool = True) -> Any:

@@ -15,10 +15,11 @@ from hpckit.errors import InputError
 from hpckit.health.config import ConfigError, load_config, parse_config
 from hpckit.health.model import Bounds, Row, Status
 from hpckit.health.registry import check, select
-from hpckit.health.schedule import JOB_NAME, ensure_chain, sbatch_chain_argv
+from hpckit.health.schedule import JOB_NAME, ensure_chain
 from hpckit.health.slurmconf import SlurmConfError, parse_nodes, parse_settings
+from hpckit.slurm.client import SlurmClient
 from hpckit.slurm.nodes import JobOps, parse_fleet
-from hpckit.slurm.transport import CommandResult
+from tests.fakes import FakeTransport, scripted
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -160,20 +161,13 @@ def test_cron_errors(cron: str) -> None:
         parse_cron(cron)
 
 
-class FakeQueue:
-    def __init__(self, pending: str = "") -> None:
-        self.pending = pending
-        self.calls: list[tuple[str, ...]] = []
-        self.where = "fake"
-
-    def run(self, argv, *, stdin=None, timeout=60.0, env=None):  # type: ignore[no-untyped-def]
-        self.calls.append(tuple(argv))
-        out = {"squeue": self.pending, "sbatch": "42;lab\n", "scancel": ""}[argv[0]]
-        return CommandResult(tuple(argv), 0, out, "", self.where)
+def fake_queue(pending: str = "") -> FakeTransport:
+    """squeue lists `pending` (JOBID|BEGIN lines), sbatch queues job 42, scancel cancels."""
+    return scripted({"squeue": [(0, pending, "")], "sbatch": [(0, "42;lab\n", "")], "scancel": [(0, "", "")]})
 
 
 def test_chain_queues_one_job_for_the_next_time() -> None:
-    queue = FakeQueue()
+    queue = fake_queue()
     message = ensure_chain(
         JobOps(queue), parse_cron("0 2 * * *"), ["/etc/hpckit/hpckit-health"], output="/s/logs/sweep-%j.out",
         time_limit_min=120, partition=None, now=NOW,
@@ -185,20 +179,24 @@ def test_chain_queues_one_job_for_the_next_time() -> None:
 
 
 def test_chain_is_idempotent_and_replaces_a_stale_job() -> None:
-    same = FakeQueue("17|2026-11-22T02:00:00\n")
+    same = fake_queue("17|2026-11-22T02:00:00\n")
     cron = parse_cron("0 2 * * *")
     args = {"output": "/o", "time_limit_min": 60, "partition": "gpu", "now": NOW}
     assert ensure_chain(JobOps(same), cron, ["h"], **args) == "sweep job 17 already waits for 2026-11-22T02:00:00"  # type: ignore[arg-type]
     assert [c[0] for c in same.calls] == ["squeue"]
-    stale = FakeQueue("17|2026-11-22T03:00:00\n")
+    stale = fake_queue("17|2026-11-22T03:00:00\n")
     ensure_chain(JobOps(stale), cron, ["h"], **args)  # type: ignore[arg-type]
     assert [c[0] for c in stale.calls] == ["squeue", "scancel", "sbatch"]
     assert "--partition=gpu" in stale.calls[-1]
 
 
 def test_sbatch_argv_shape() -> None:
-    argv = sbatch_chain_argv(["x"], dt.datetime(2026, 1, 2, 3, 4), output="/o", time_limit_min=5, partition=None)
-    assert argv[:2] == ["sbatch", "--parsable"] and "--dependency=singleton" in argv
+    queue = fake_queue()
+    job_id = SlurmClient(queue).sbatch_wrap(
+        "x", "true", dt.datetime(2026, 1, 2, 3, 4), output="/o", time_limit_min=5, partition=None
+    )
+    argv = queue.calls[-1]
+    assert job_id == "42" and argv[:2] == ("sbatch", "--parsable") and "--dependency=singleton" in argv
 
 
 # --- registry and model ---------------------------------------------------------------------------------

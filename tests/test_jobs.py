@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from hpckit.proc import CommandResult, LocalTransport, TransportError
 from hpckit.slurm.jobparse import (
     JobRecord,
     base_state,
@@ -41,7 +42,7 @@ from hpckit.slurm.jobs import (
     poll_intervals,
 )
 from hpckit.slurm.parsers import SlurmParseError
-from hpckit.slurm.transport import CommandResult, LocalTransport, TransportError
+from tests.fakes import Answer, FakeTransport, Reply
 from tests.jobutil import cli_with_jobs
 
 DATA = Path(__file__).resolve().parent / "data" / "jobs"
@@ -173,39 +174,22 @@ def test_expand_output_path() -> None:
 
 # --- the wait loop and errors, against a scripted transport -------------------------------------------------
 
-Reply = tuple[int, str, str]
 
+class ScriptedTransport(FakeTransport):
+    """A scripted FakeTransport that does what the shell does with hpckit's mkdir-then-sbatch command: `calls`
+    holds the mkdir and the sbatch, `raw_calls` the command as it ran."""
 
-class ScriptedTransport:
-    """Answers each command from a queue of replies per program; records what ran."""
-
-    where = "login"
-
-    def __init__(self, replies: Mapping[str, Sequence[Reply | Callable[[], Reply]]]) -> None:
-        self.replies = {name: list(items) for name, items in replies.items()}
-        self.calls: list[tuple[str, ...]] = []
+    def __init__(self, replies: Mapping[str, Sequence[Answer]]) -> None:
+        super().__init__(replies={name: list(items) for name, items in replies.items()})
         self.raw_calls: list[tuple[str, ...]] = []
-        self.stdin: list[str | None] = []
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: str | None = None,
-        timeout: float | None = 60.0,
-        env: Mapping[str, str] | None = None,
-    ) -> CommandResult:
-        self.raw_calls.append(tuple(argv))
-        if tuple(argv[:2]) == ("sh", "-c") and argv[3] == "hpckit-submit":
+    def answer(self, args: tuple[str, ...]) -> CommandResult:
+        self.raw_calls.append(args)
+        if args[:2] == ("sh", "-c") and args[3] == "hpckit-submit":
             # What the shell does with it: mkdir -p DIR..., then sbatch OPTION with the script on its stdin.
-            self.calls.append(("mkdir", "-p", "--", *argv[5:]))
-            argv = ["sbatch", argv[4]]
-        self.calls.append(tuple(argv))
-        self.stdin.append(stdin)
-        queue = self.replies[argv[0]]
-        reply = queue.pop(0) if len(queue) > 1 else queue[0]
-        rc, out, err = reply() if callable(reply) else reply
-        return CommandResult(tuple(argv), rc, out, err, self.where)
+            args = ("sbatch", args[4])
+            self.calls[-1:] = [("mkdir", "-p", "--", *self.raw_calls[-1][5:]), args]
+        return super().answer(args)
 
 
 class FakeClock:

@@ -21,9 +21,9 @@ import pytest
 
 from hpckit.jobs.library import Library
 from hpckit.jobs.submit import check_accepted, submit
+from hpckit.proc import LocalTransport
 from hpckit.slurm.jobparse import parse_scontrol
 from hpckit.slurm.jobs import CliBackend, JobFailedError, Jobs, JobWaitTimeout
-from hpckit.slurm.transport import LocalTransport
 from tests.hostile import CORPUS, render_hostile
 from tests.jobutil import hpckit_jobs
 from tests.labutil import REPO, Cluster, needs_lab

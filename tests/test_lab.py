@@ -35,6 +35,7 @@ from hpckit.lab import (
     shared_dir_source,
     ssh_identity,
 )
+from hpckit.proc import CommandResult
 
 CLUSTER = "pytest-lab"
 STATE_ROOT = Path("/var/lib/hpckit/lab-pytest")
@@ -78,13 +79,13 @@ def lab() -> Iterator[LabStatus]:
             STATE_ROOT.rmdir()
 
 
-def run(node: str, *argv: str) -> subprocess.CompletedProcess[str]:
+def run(node: str, *argv: str) -> CommandResult:
     return lab_exec(CLUSTER, node, argv, state_root=STATE_ROOT, timeout=30)
 
 
 def out(node: str, *argv: str) -> str:
     result = run(node, *argv)
-    assert result.returncode == 0, result.stderr
+    assert result.rc == 0, result.stderr
     return result.stdout.strip()
 
 
@@ -123,8 +124,8 @@ def test_fabric_reaches_a_node_with_strict_host_keys(lab: LabStatus, tmp_path: P
     """hpckit's own SSH transport (the one deploy, jobs and health use) reaches a node whose key the lab's
     known hosts hold, and refuses one whose key it does not know or that answers with another key."""
     from hpckit.clusters import SshAccess
+    from hpckit.proc import TransportError
     from hpckit.slurm.connect import ssh_transport
-    from hpckit.slurm.transport import TransportError
 
     identity = ssh_identity(CLUSTER, STATE_ROOT)
     known = identity.known_hosts.read_text()
@@ -171,7 +172,7 @@ def test_ansible_facts_see_the_node(lab: LabStatus) -> None:
 
 def test_nodes_reach_each_other_by_name(lab: LabStatus) -> None:
     for peer in ("node1", "node2"):
-        assert run("ctl", "ping", "-c", "1", "-W", "2", peer).returncode == 0
+        assert run("ctl", "ping", "-c", "1", "-W", "2", peer).rc == 0
         assert out("ctl", "ssh", peer, "hostname") == peer
 
 
@@ -188,17 +189,17 @@ def test_etc_slurm_run_and_tmp_are_private(lab: LabStatus) -> None:
     marker = "hpckit-pytest-private"
     for directory in ("/etc/slurm", "/run", "/tmp", "/var/log", "/var/spool"):
         path = f"{directory}/{marker}"
-        assert run("ctl", "sh", "-c", f"echo ctl > {path}").returncode == 0
+        assert run("ctl", "sh", "-c", f"echo ctl > {path}").rc == 0
         assert out("ctl", "cat", path) == "ctl"
-        assert run("node1", "test", "-e", path).returncode != 0, f"{path} leaked to node1"
+        assert run("node1", "test", "-e", path).rc != 0, f"{path} leaked to node1"
         assert not Path(path).exists(), f"{path} leaked to the host"
 
 
 def test_gpu_devices_only_on_gpu_node(lab: LabStatus) -> None:
     kinds = out("node1", "stat", "-c", "%n %F %t:%T", "/dev/nvidia0", "/dev/nvidia1").splitlines()
     assert kinds == ["/dev/nvidia0 character special file 1:3", "/dev/nvidia1 character special file 1:3"]
-    assert run("node1", "test", "-e", "/dev/nvidia2").returncode != 0
-    assert run("ctl", "sh", "-c", "ls /dev/nvidia*").returncode != 0
+    assert run("node1", "test", "-e", "/dev/nvidia2").rc != 0
+    assert run("ctl", "sh", "-c", "ls /dev/nvidia*").rc != 0
 
 
 def test_basic_devices_work(lab: LabStatus) -> None:
@@ -213,7 +214,7 @@ def test_basic_devices_work(lab: LabStatus) -> None:
 def test_sysfs_shows_the_node_and_keeps_cgroups(lab: LabStatus) -> None:
     assert sorted(out("node1", "ls", "/sys/class/net").split()) == ["dead0", "dead1", "eth0", "lo"]
     host_has_cgroups = subprocess.run(["mountpoint", "-q", "/sys/fs/cgroup"], check=False).returncode == 0
-    assert (run("node1", "mountpoint", "-q", "/sys/fs/cgroup").returncode == 0) == host_has_cgroups
+    assert (run("node1", "mountpoint", "-q", "/sys/fs/cgroup").rc == 0) == host_has_cgroups
 
 
 SLURM_CONF = f"""\
@@ -237,9 +238,9 @@ def test_slurm_hands_out_the_fake_gpus(lab: LabStatus) -> None:
     """The lab's reason to be: real Slurm daemons in nodes, GPUs scheduled from /dev/nvidiaN."""
     for name in ("ctl", "node1"):
         write = "cat > /etc/slurm/slurm.conf && echo 'Name=gpu File=/dev/nvidia[0-1]' > /etc/slurm/gres.conf"
-        assert lab_exec(CLUSTER, name, ["sh", "-c", write], state_root=STATE_ROOT, stdin=SLURM_CONF).returncode == 0
-    assert run("ctl", "sh", "-c", "service munge start && service slurmctld start").returncode == 0
-    assert run("node1", "sh", "-c", "service munge start && service slurmd start").returncode == 0
+        assert lab_exec(CLUSTER, name, ["sh", "-c", write], state_root=STATE_ROOT, stdin=SLURM_CONF).rc == 0
+    assert run("ctl", "sh", "-c", "service munge start && service slurmctld start").rc == 0
+    assert run("node1", "sh", "-c", "service munge start && service slurmd start").rc == 0
     for _ in range(100):
         if out("ctl", "sinfo", "-h", "-n", "node1", "-o", "%t") == "idle":
             break
@@ -250,7 +251,7 @@ def test_slurm_hands_out_the_fake_gpus(lab: LabStatus) -> None:
 
 def test_shared_dir_is_one_directory_everywhere(lab: LabStatus) -> None:
     for node in SPEC.nodes:
-        assert run(node.name, "sh", "-c", f"echo {node.name} > {SHARED}/{node.name}").returncode == 0
+        assert run(node.name, "sh", "-c", f"echo {node.name} > {SHARED}/{node.name}").rc == 0
     for node in SPEC.nodes:
         assert sorted(out(node.name, "ls", SHARED).split()) == ["ctl", "node1", "node2"]
     host_side = shared_dir_source(CLUSTER, SHARED, STATE_ROOT)
@@ -259,7 +260,7 @@ def test_shared_dir_is_one_directory_everywhere(lab: LabStatus) -> None:
 
 def test_exec_reports_exit_status_and_refuses_unknown_nodes(lab: LabStatus) -> None:
     result = run("node2", "sh", "-c", "echo out; echo err >&2; exit 3")
-    assert (result.returncode, result.stdout, result.stderr) == (3, "out\n", "err\n")
+    assert (result.rc, result.stdout, result.stderr) == (3, "out\n", "err\n")
     with pytest.raises(LabError, match="no node 'node9'"):
         run("node9", "true")
 
@@ -292,7 +293,7 @@ def test_cli_status_and_exec(lab: LabStatus) -> None:
 
 
 def test_dead_node_comes_back_with_its_files(lab: LabStatus) -> None:
-    assert run("node2", "sh", "-c", "echo kept > /etc/slurm/hpckit-pytest-kept").returncode == 0
+    assert run("node2", "sh", "-c", "echo kept > /etc/slurm/hpckit-pytest-kept").rc == 0
     pid = lab_status(CLUSTER, STATE_ROOT).node("node2").pid
     assert pid is not None
     subprocess.run(["kill", "-KILL", str(pid)], check=True)

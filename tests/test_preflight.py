@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -21,7 +21,8 @@ from hpckit.preflight.compare import Context, build_report, gpu_rows, host_rows,
 from hpckit.preflight.expect import HostPlan, MountNeed, expectations
 from hpckit.preflight.model import Report, Row, Severity
 from hpckit.preflight.probes import HostProbes, Probe, ProbeResult, probe_hosts, probes_for
-from hpckit.slurm.transport import CommandResult, TransportError
+from hpckit.proc import CommandResult, TransportError
+from tests.fakes import FakeTransport
 
 DATA = Path(__file__).parent / "data" / "preflight"
 REC = DATA / "recorded"
@@ -348,29 +349,28 @@ def test_unsupported_or_mixed_os() -> None:
 
 
 @dataclass
-class Replay:
+class Replay(FakeTransport):
     """A connection that answers each probe from recorded output (or is unreachable)."""
 
-    where: str
+    host: str
     answers: Mapping[str, tuple[int, str]]
     down: bool = False
     closed: bool = False
-    seen: list[str] = field(default_factory=list)
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: str | None = None,
-        timeout: float | None = 60.0,
-        env: Mapping[str, str] | None = None,
-    ) -> CommandResult:
+    def __post_init__(self) -> None:
+        self.where = self.host
+
+    @property
+    def seen(self) -> list[str]:
+        """The programs run (none where the host is down)."""
+        return [] if self.down else [args[0] for args in self.calls]
+
+    def answer(self, args: tuple[str, ...]) -> CommandResult:
         if self.down:
             raise TransportError(f"cannot reach {self.where} over SSH: [Errno 113] No route to host")
-        self.seen.append(argv[0])
-        name = next((p.name for p in _PROBES if p.argv == tuple(argv)), "")
+        name = next((p.name for p in _PROBES if p.argv == args), "")
         rc, out = self.answers.get(name, (127, ""))
-        return CommandResult(tuple(argv), rc, out, "" if rc != 127 else f"{argv[0]}: command not found", self.where)
+        return self.result(args, rc, out, "" if rc != 127 else f"{args[0]}: command not found")
 
     def close(self) -> None:
         self.closed = True

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from hpckit.proc import LocalTransport, TransportError
 from hpckit.slurm.jobs import CliBackend, Jobs, backend_for
 from hpckit.slurm.pyslurm_backend import PyslurmBackend, pyslurm_unusable
-from hpckit.slurm.transport import LocalTransport, TransportError
 
 
 def _unusable() -> str | None:

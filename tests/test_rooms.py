@@ -5,7 +5,8 @@ on its own floor or above (imports inside functions and under TYPE_CHECKING coun
 
     0 ground floor  errors, paths, and the package itself (its version)
     1               hardware (the hardware table), slurm_releases (the release table),
-                    clusters (the deployment record's one reader)
+                    clusters (the deployment record's one reader), cron (cron times),
+                    proc (running programs: here, over SSH; the only importer of subprocess)
     2               blueprint (models), lab (machines), slurm (Slurm commands), results (text -> tables),
                     hw (hardware tool parsers)
     3               jobs (templates, submission: uses slurm), health (uses blueprint, slurm)
@@ -32,7 +33,7 @@ ROOT_NAME = "(hpckit)"  # `from hpckit import __version__`
 
 FLOORS: dict[str, int] = {
     **dict.fromkeys([ROOT_NAME, "errors", "paths"], 0),
-    **dict.fromkeys(["hardware", "slurm_releases", "clusters", "cron"], 1),
+    **dict.fromkeys(["hardware", "slurm_releases", "clusters", "cron", "proc"], 1),
     **dict.fromkeys(["blueprint", "lab", "slurm", "results", "hw"], 2),
     **dict.fromkeys(["jobs", "health"], 3),
     "deploy": 4,

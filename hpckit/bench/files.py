@@ -13,7 +13,7 @@ import hashlib
 from dataclasses import dataclass
 
 from hpckit.errors import HpckitError
-from hpckit.slurm.transport import Transport
+from hpckit.proc import Transport
 
 # Linux caps one argument at 128 KiB (MAX_ARG_STRLEN); stay well under it.
 CHUNK_CHARS = 96_000

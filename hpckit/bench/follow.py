@@ -15,11 +15,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from hpckit.errors import HpckitError
+from hpckit.proc import TransportError
 from hpckit.slurm.client import SlurmClient
 from hpckit.slurm.jobparse import FINISHED_QUEUE_STATES, JobRecord
 from hpckit.slurm.jobs import JobError, JobOutcome, Jobs, JobWaitTimeout, poll_intervals
 from hpckit.slurm.parsers import NodeState
-from hpckit.slurm.transport import TransportError
 
 CHECK_EVERY_S = 2.0
 # How long the controller may stay unreachable (a slurmctld restart, an upgrade) before the wait gives up;

@@ -31,13 +31,13 @@ from hpckit.bench.registry import Benchmark
 from hpckit.errors import HpckitError, InputError
 from hpckit.hardware import hardware_table
 from hpckit.jobs.submit import render, submit
+from hpckit.proc import Transport
 from hpckit.results import ParseError, ParseResult, parse_text, peak_busbw
 from hpckit.results.derived import GIB
 from hpckit.results.report import human_bytes
 from hpckit.slurm.client import SlurmClient
 from hpckit.slurm.jobparse import JobRecord
 from hpckit.slurm.jobs import Jobs
-from hpckit.slurm.transport import Transport
 
 PROGRAM = Path(__file__).resolve().parent / "torch_sweep.py"
 TAIL_LINES = 15

@@ -23,7 +23,7 @@ from hpckit.bench.registry import get
 from hpckit.bench.run import BenchRequest, Context
 from hpckit.blueprint.models import Blueprint
 from hpckit.errors import InputError
-from hpckit.slurm.transport import Transport
+from hpckit.proc import Transport
 
 Status = Literal["passed", "failed", "incomplete"]
 DEFAULT_TIMEOUT_S = 600.0

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from hpckit.bench.backend import BACKENDS
+from hpckit.bench.backend import BACKENDS, check_env, parse_size
 from hpckit.bench.bisect import DEFAULT_RATIO, Report
 from hpckit.bench.cluster import ClusterFacts, default_cluster, load_facts
 from hpckit.bench.expect import gbps
@@ -55,6 +55,35 @@ def click_options(*classes: type) -> Callable[[FC], FC]:
     return apply
 
 
+def checked(check: Callable[[str], object]) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """An option callback applying the check hpckit makes anyway as click reads the value: a bad one is a
+    usage error naming the option, before anything is rendered or submitted. The value stays the text."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        given = value if isinstance(value, tuple) else (value,)  # a `multiple` option's values come as a tuple
+        for text in given:
+            try:
+                if text is not None:
+                    check(text)
+            except InputError as exc:
+                raise click.BadParameter(str(exc), ctx, param) from None
+        return value
+
+    return callback
+
+
+def expand_hostlist(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...] | None:
+    """A Slurm hostlist option (node[1-8]) as its node names (none given, or empty: None)."""
+    if not value:
+        return None
+    import hostlist
+
+    try:
+        return tuple(hostlist.expand_hostlist(value))
+    except hostlist.BadHostlist as exc:
+        raise click.BadParameter(f"{value!r}: {exc}", ctx, param) from None
+
+
 def typed(cls: type[T], values: dict[str, Any]) -> T:
     """The dataclass built from the command's values (click has already converted each one)."""
     return cls(**{f.name: values[f.name] for f in fields(cls)})
@@ -69,8 +98,8 @@ class JobOptions:
         "--gpus-per-node", "-g", type=click.IntRange(min=0), help="GPUs per node (default: as declared; 0: CPUs)"
     )
     backend: str = option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True)
-    min_bytes: str | None = option("--min-bytes", "-b", help="smallest size (1K, 8 ...)")
-    max_bytes: str | None = option("--max-bytes", "-e", help="largest size (8G ...)")
+    min_bytes: str | None = option("--min-bytes", "-b", callback=checked(parse_size), help="smallest size (1K, 8 ...)")
+    max_bytes: str | None = option("--max-bytes", "-e", callback=checked(parse_size), help="largest size (8G ...)")
     warmup: int | None = option(
         "--warmup",
         "-w",
@@ -83,7 +112,13 @@ class JobOptions:
         type=click.IntRange(min=1),
         help=f"timed iterations per size (default {RUN_ITERS[1]}; bisect {PROBE_ITERS[1]})",
     )
-    env: tuple[str, ...] = option("--env", multiple=True, metavar="NAME=VALUE", help="setting for every task")
+    env: tuple[str, ...] = option(
+        "--env",
+        multiple=True,
+        metavar="NAME=VALUE",
+        callback=checked(lambda text: check_env((text,))),
+        help="setting for every task",
+    )
     cluster: str | None = option(
         "--cluster",
         help="a cluster deployed by hpckit (default: $HPCKIT_CLUSTER, else the only one deployed from here, "
@@ -122,7 +157,7 @@ class RunOptions:
 @dataclass(frozen=True)
 class BisectOptions:
     nodes: int | None = option("--nodes", "-N", type=click.IntRange(min=2), help="the partition's first N usable")
-    nodelist: str | None = option("--nodelist", help="these nodes (node[1-8])")
+    nodelist: tuple[str, ...] | None = option("--nodelist", callback=expand_hostlist, help="these nodes (node[1-8])")
     ratio: float = option(
         "--ratio",
         type=click.FloatRange(0, 1, min_open=True, max_open=True),
@@ -291,15 +326,10 @@ def _deadline(timeout: float | None) -> float | None:
 
 def _bisect_nodes(ctx: Context, b: BisectOptions) -> list[str]:
     """The nodes to search: --nodelist, else the partition's first N that Slurm counts as usable."""
-    import hostlist
-
     from hpckit.slurm.nodes import NodeOps
 
     if b.nodelist:
-        try:
-            nodes = list(hostlist.expand_hostlist(b.nodelist))
-        except hostlist.BadHostlist as exc:
-            raise InputError(f"--nodelist {b.nodelist!r}: {exc}") from None
+        nodes = list(b.nodelist)
         if len(nodes) < 2:
             raise InputError("bisect needs at least 2 nodes")
         return nodes

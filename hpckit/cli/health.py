@@ -175,7 +175,7 @@ def sweep_cmd(
     from hpckit.health import history, report
     from hpckit.health.store import Store
     from hpckit.health.sweep import SweepOptions, detach_from_job, sweep
-    from hpckit.slurm.transport import LocalTransport
+    from hpckit.proc import LocalTransport
 
     config = _config(config_path, store)
     detach_from_job()
@@ -225,8 +225,8 @@ def schedule_cmd(
     from hpckit.cron import parse_cron
     from hpckit.health.schedule import ensure_chain
     from hpckit.health.sweep import detach_from_job
+    from hpckit.proc import LocalTransport
     from hpckit.slurm.nodes import JobOps
-    from hpckit.slurm.transport import LocalTransport
 
     config = _config(config_path, store)
     detach_from_job()

@@ -18,7 +18,7 @@ from hpckit.slurm.jobs import CliBackend, JobOutcome, Jobs, cancel_jobs, describ
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from hpckit.slurm.transport import Transport
+    from hpckit.proc import Transport
 
 template_arg = click.argument("template")
 set_option = click.option(

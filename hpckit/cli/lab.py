@@ -6,7 +6,6 @@ import dataclasses
 import functools
 import importlib
 import json
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import ParamSpec, TypeVar
 import click
 
 from hpckit import lab as labkit
+from hpckit import proc
 from hpckit.lab.blueprint import BlueprintLike
 
 _P = ParamSpec("_P")
@@ -108,7 +108,7 @@ def exec_(cluster: str | None, state_root: Path, node: str, command: tuple[str, 
     if command[:1] == ("--",):  # once NODE is read, click hands a later "--" through as an argument
         command = command[1:]
     argv = labkit.exec_argv(_cluster(cluster, state_root), node, command, state_root)
-    sys.exit(subprocess.run(argv, check=False).returncode)
+    sys.exit(proc.interactive(argv))
 
 
 @lab.command("install-packages")

@@ -21,8 +21,8 @@ from hpckit.deploy.record import RECORDED_CONFIGS, DeploymentRecord, retired_hos
 from hpckit.deploy.runner import PlaybookRun, RunOutcome, ansible_version, run_playbook
 from hpckit.deploy.targets import Target, prepare_target
 from hpckit.errors import HpckitError
+from hpckit.proc import Transport
 from hpckit.slurm.client import SlurmClient
-from hpckit.slurm.transport import Transport
 
 EventSink = Callable[[Mapping[str, Any]], None]
 

@@ -146,7 +146,7 @@ def _control_dir() -> Path:
 
 def _close_masters(control_dir: Path) -> None:
     """End the run's SSH master connections (ControlPersist would keep them for minutes), then their folder."""
-    from hpckit.slurm.transport import LocalTransport
+    from hpckit.proc import LocalTransport
 
     local = LocalTransport()
     for sock in control_dir.iterdir():

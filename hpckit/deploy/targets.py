@@ -17,8 +17,8 @@ from hpckit.lab.provider import lab_status, lab_up, ssh_identity, visible_in_nod
 from hpckit.lab.spec import LabSpec
 from hpckit.lab.ssh import NODE_BIN
 from hpckit.paths import PACKAGE_DIR
+from hpckit.proc.ssh import SshTransport
 from hpckit.slurm.connect import ssh_transport
-from hpckit.slurm.transport import SshTransport
 
 
 @dataclass(frozen=True)

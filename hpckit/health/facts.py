@@ -7,6 +7,8 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from hpckit.health.probe import shown
+
 if TYPE_CHECKING:
     from hpckit.health.parsers import GpuInfo, NvlinkGpu
     from hpckit.health.probe import Probe
@@ -51,9 +53,9 @@ def _from_nvidia_smi(probe: Probe) -> GpuFacts:
     if done.missing:
         return GpuFacts("absent", detail="no NVIDIA driver tools here (neither NVML nor nvidia-smi)")
     if done.timed_out:
-        return GpuFacts("error", detail=done.describe())
+        return GpuFacts("error", detail=shown(done))
     if not done.ok:
-        return GpuFacts("error", detail=done.describe())
+        return GpuFacts("error", detail=shown(done))
     from hpckit.health.parsers import HwParseError, parse_query_q
 
     try:
@@ -98,7 +100,7 @@ def read_kernel_log(probe: Probe, boot_id: str, after: float | None) -> KernelLo
     go with the line before them."""
     done = probe.run(["dmesg", "--kernel"], timeout=10.0)
     if not done.ok:
-        return KernelLog(boot_id, cursor=after, error=done.describe())
+        return KernelLog(boot_id, cursor=after, error=shown(done))
     keep: list[str] = []
     cursor = after
     taking = after is None

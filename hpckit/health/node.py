@@ -37,9 +37,9 @@ from hpckit.health.registry import Tier, get
 from hpckit.health.runner import RunOptions, check_here
 from hpckit.health.store import Store, StoreError
 from hpckit.health.store import Verdict as StoredVerdict
+from hpckit.proc import LocalTransport, Transport
 from hpckit.slurm.nodes import Applied, NodeOps
 from hpckit.slurm.parsers import NodeState
-from hpckit.slurm.transport import LocalTransport, Transport
 
 LOCAL_MEMORY = "policy-memory"
 

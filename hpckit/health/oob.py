@@ -42,7 +42,7 @@ def probe_command(config: NodeConfig) -> list[str]:
 
 def ssh_prober(config: NodeConfig, settings: SshProbe) -> Prober:
     from hpckit.health.sweep import parse_job_output
-    from hpckit.slurm.transport import SshTransport
+    from hpckit.proc.ssh import SshTransport
 
     argv = probe_command(config)
 

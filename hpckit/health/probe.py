@@ -1,6 +1,6 @@
 """How checks look at a node: the :class:`Probe` interface, and :class:`LocalProbe`, the real one.
 
-Checks never call subprocess or open files themselves; they ask a Probe. Tests hand them a
+Checks never start programs or open files themselves; they ask a Probe. Tests hand them a
 :class:`~hpckit.health.recorded.RecordedProbe` filled with real tool output instead, so that every check
 can be judged on recorded hardware (``tests/data/hw``) without that hardware.
 """
@@ -12,13 +12,15 @@ import os
 import shlex
 import socket
 import stat
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from hpckit import proc
+from hpckit.proc import CommandResult
 
 if TYPE_CHECKING:
     from hpckit.health.gpubench import BenchReport
@@ -35,26 +37,14 @@ class ProbeError(Exception):
         self.timeout = timeout
 
 
-@dataclass(frozen=True)
-class ProbeRun:
-    argv: tuple[str, ...]
-    rc: int
-    stdout: str
-    stderr: str
-    missing: bool = False  # the program is not installed here
-    timed_out: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return self.rc == 0 and not self.missing and not self.timed_out
-
-    def describe(self) -> str:
-        if self.missing:
-            return f"{self.argv[0]}: not installed"
-        if self.timed_out:
-            return f"`{shlex.join(self.argv)}` did not finish in time"
-        err = (self.stderr.strip() or self.stdout.strip()).splitlines()
-        return f"`{shlex.join(self.argv)}` exited {self.rc}" + (f": {err[-1][:300]}" if err else "")
+def shown(done: CommandResult) -> str:
+    """One line on a probe command that did not succeed, for a check's message (the last line of its error)."""
+    if done.missing:
+        return f"{done.argv[0]}: not installed"
+    if done.timed_out:
+        return f"`{shlex.join(done.argv)}` did not finish in time"
+    err = (done.stderr.strip() or done.stdout.strip()).splitlines()
+    return f"`{shlex.join(done.argv)}` exited {done.rc}" + (f": {err[-1][:300]}" if err else "")
 
 
 @dataclass(frozen=True)
@@ -78,7 +68,7 @@ class DiskSpace:
 class Probe(Protocol):
     hostname: str
 
-    def run(self, argv: Sequence[str], *, stdin: str | None = None, timeout: float = 10.0) -> ProbeRun: ...
+    def run(self, argv: Sequence[str], *, stdin: str | None = None, timeout: float = 10.0) -> CommandResult: ...
 
     def read_text(self, path: str) -> str | None:
         """The file's text, or None when it does not exist or cannot be read."""
@@ -146,20 +136,17 @@ class LocalProbe:
         self._nvml: Any | None = None
         self._nvml_tried = False
 
-    def run(self, argv: Sequence[str], *, stdin: str | None = None, timeout: float = 10.0) -> ProbeRun:
+    def run(self, argv: Sequence[str], *, stdin: str | None = None, timeout: float = 10.0) -> CommandResult:
         args = tuple(argv)
         env = {**os.environ, "LC_ALL": "C"}
         try:
-            done = subprocess.run(
-                args, input=stdin, capture_output=True, text=True, timeout=timeout, env=env, check=False
-            )
-        except FileNotFoundError:
-            return ProbeRun(args, 127, "", f"{args[0]}: not found", missing=True)
-        except subprocess.TimeoutExpired:
-            return ProbeRun(args, -1, "", "", timed_out=True)
+            return proc.run(args, stdin=stdin, timeout=timeout, env=env, where=self.hostname)
+        except proc.CommandNotFound:
+            return CommandResult(args, 127, "", f"{args[0]}: not found", self.hostname, missing=True)
+        except proc.CommandTimedOut:
+            return CommandResult(args, -1, "", "", self.hostname, timed_out=True)
         except OSError as exc:
-            return ProbeRun(args, 126, "", f"{args[0]}: {exc.strerror or exc}")
-        return ProbeRun(args, done.returncode, done.stdout, done.stderr)
+            return CommandResult(args, 126, "", f"{args[0]}: {exc.strerror or exc}", self.hostname)
 
     def read_text(self, path: str) -> str | None:
         try:

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from hpckit.health.probe import DiskSpace, ProbeError, ProbeRun, ProcInfo
+from hpckit.health.probe import DiskSpace, ProbeError, ProcInfo
+from hpckit.proc import CommandResult
 
 if TYPE_CHECKING:
     from hpckit.health.gpubench import BenchReport
@@ -44,15 +45,15 @@ class RecordedProbe:
     bench: BenchReport | Exception | None = None
     calls: list[tuple[str, ...]] = field(default_factory=list)
 
-    def run(self, argv: Sequence[str], *, stdin: str | None = None, timeout: float = 10.0) -> ProbeRun:
+    def run(self, argv: Sequence[str], *, stdin: str | None = None, timeout: float = 10.0) -> CommandResult:
         args = tuple(argv)
         self.calls.append(args)
         rec = self.commands.get(args)
         if rec is None:
-            return ProbeRun(args, 127, "", f"{args[0]}: not found", missing=True)
+            return CommandResult(args, 127, "", f"{args[0]}: not found", self.hostname, missing=True)
         if rec.timed_out:
-            return ProbeRun(args, -1, "", "", timed_out=True)
-        return ProbeRun(args, rec.rc, rec.stdout, rec.stderr)
+            return CommandResult(args, -1, "", "", self.hostname, timed_out=True)
+        return CommandResult(args, rec.rc, rec.stdout, rec.stderr, self.hostname)
 
     def read_text(self, path: str) -> str | None:
         return self.files.get(path)

@@ -9,30 +9,10 @@ import datetime as dt
 from collections.abc import Sequence
 
 from hpckit.cron import Cron
+from hpckit.slurm.client import SLURM_TIME
 from hpckit.slurm.nodes import JobOps
 
 JOB_NAME = "hpckit-health-sweep"
-
-
-def sbatch_chain_argv(
-    launcher: Sequence[str], begin: dt.datetime, *, output: str, time_limit_min: int, partition: str | None
-) -> list[str]:
-    """The sbatch command that queues the next sweep; the job queues its successor before sweeping."""
-    me = " ".join(launcher)
-    argv = [
-        "sbatch",
-        "--parsable",
-        f"--job-name={JOB_NAME}",
-        f"--begin={begin.strftime('%Y-%m-%dT%H:%M:%S')}",
-        "--dependency=singleton",
-        f"--time={time_limit_min}",
-        f"--output={output}",
-        "--nodes=1",
-        "--ntasks=1",
-    ]
-    if partition:
-        argv.append(f"--partition={partition}")
-    return [*argv, f"--wrap={me} schedule; exec {me} sweep"]
 
 
 def ensure_chain(
@@ -47,12 +27,16 @@ def ensure_chain(
 ) -> str:
     """Make sure exactly one sweep job waits for the next cron time; returns what was done."""
     begin = cron.next_after(now)
-    stamp = begin.strftime("%Y-%m-%dT%H:%M:%S")
+    stamp = begin.strftime(SLURM_TIME)
     waiting = jobs.pending(JOB_NAME)
     if len(waiting) == 1 and waiting[0].begin == stamp:
         return f"sweep job {waiting[0].job_id} already waits for {stamp}"
     for job in waiting:
         jobs.cancel(job.job_id)
-    argv = sbatch_chain_argv(launcher, begin, output=output, time_limit_min=time_limit_min, partition=partition)
-    job_id = jobs.submit(argv)
+    me = " ".join(launcher)
+    # The job queues its successor before sweeping, so that the chain survives a failed sweep.
+    command = f"{me} schedule; exec {me} sweep"
+    job_id = jobs.submit_held(
+        JOB_NAME, command, begin, output=output, time_limit_min=time_limit_min, partition=partition
+    )
     return f"sweep job {job_id} queued for {stamp}"

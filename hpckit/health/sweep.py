@@ -53,9 +53,9 @@ from hpckit.health.policy import (
 )
 from hpckit.health.registry import get
 from hpckit.health.store import NodeLedger, Store, StoreError, Verdict
+from hpckit.proc import Transport
 from hpckit.slurm.nodes import Applied, Fleet, NodeOps
 from hpckit.slurm.parsers import NodeState
-from hpckit.slurm.transport import Transport
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpckit.jobs.library import SITE_DEFAULTS, Library, Rendered, local_site_defaults, read_site_defaults
+from hpckit.proc import LocalTransport, Transport
 from hpckit.slurm.jobparse import TestOnlyEstimate
 from hpckit.slurm.jobs import JobOutcome, Jobs
-from hpckit.slurm.transport import LocalTransport, Transport
 
 
 def transport_for(cluster: str | None, state: Path | None = None) -> Transport:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import subprocess
 from collections.abc import Sequence
 from typing import Any
 
+from hpckit import proc
 from hpckit.lab.errors import LabError
 from hpckit.lab.spec import LabNode, LabSpec
 
@@ -21,8 +21,8 @@ DEAD_END = ("dead0", "dead1")
 
 
 def run_ip(args: Sequence[str], what: str, stdin: str | None = None) -> str:
-    result = subprocess.run(["ip", *args], input=stdin, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
+    result = proc.run(["ip", *args], stdin=stdin)
+    if result.rc != 0:
         raise LabError(f"{what} failed: ip {' '.join(args)}: {result.stderr.strip()}")
     return result.stdout
 
@@ -80,8 +80,8 @@ def ensure_bridge(spec: LabSpec) -> None:
 
 def delete_link(name: str) -> None:
     """Remove a host link if it exists (a node's veth usually vanishes with its namespace)."""
-    result = subprocess.run(["ip", "link", "del", name], capture_output=True, text=True, check=False)
-    if result.returncode != 0 and link_exists(name):
+    result = proc.run(["ip", "link", "del", name])
+    if result.rc != 0 and link_exists(name):
         raise LabError(f"cannot remove host link {name}: {result.stderr.strip()}")
 
 

@@ -8,22 +8,21 @@ installed package, is the host's.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import select
 import shlex
 import shutil
-import signal
-import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpckit import proc
 from hpckit.lab import procs
 from hpckit.lab.errors import LabError
 from hpckit.lab.spec import LabNode, LabSpec
 from hpckit.lab.state import LabPaths, NodeRecord
+from hpckit.proc import CommandResult
 
 # Copy-on-write over the host: a node starts from what the packages installed (MariaDB's system
 # tables, munge key, /etc/default files) and whatever it writes (Ansible, daemons) stays its own.
@@ -76,7 +75,7 @@ READY_LINE = "hpckit-node-ready"
 _LAUNCHER_GRACE_S = 2.0
 
 # Launchers this process started, so that stopping a node also reaps it (the host's PID 1 may not).
-_LAUNCHED: dict[int, subprocess.Popen[bytes]] = {}
+_LAUNCHED: dict[int, proc.Process] = {}
 
 
 @dataclass(frozen=True)
@@ -279,24 +278,17 @@ def launch(paths: LabPaths, node: LabNode) -> NodeRecord:
     ]
     with dirs.console.open("ab") as console:
         # A new session: a Ctrl-C aimed at the command that started the lab must not reach the nodes.
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=console,
-            env=NODE_ENV,
-            start_new_session=True,
-        )
-    _LAUNCHED[proc.pid] = proc
-    assert proc.stdout is not None
+        launcher = proc.spawn(argv, stderr=console, env=NODE_ENV)
+    _LAUNCHED[launcher.pid] = launcher
+    assert launcher.stdout is not None
     try:
-        ready = _read_ready(proc.stdout.fileno(), BOOT_TIMEOUT_S)
+        ready = _read_ready(launcher.stdout.fileno(), BOOT_TIMEOUT_S)
     finally:
-        proc.stdout.close()
+        launcher.stdout.close()
     if not ready:
-        _kill_launcher(proc)
+        _kill_launcher(launcher)
         raise LabError(f"node {node.name} did not boot; end of {dirs.console}:\n{_tail(dirs.console)}")
-    return _record_for(proc, node)
+    return _record_for(launcher, node)
 
 
 def _read_ready(fd: int, timeout: float) -> bool:
@@ -313,20 +305,20 @@ def _read_ready(fd: int, timeout: float) -> bool:
     return True
 
 
-def _record_for(proc: subprocess.Popen[bytes], node: LabNode) -> NodeRecord:
-    children = procs.children_of(proc.pid)
-    launcher_start = procs.start_time(proc.pid)
+def _record_for(launcher: proc.Process, node: LabNode) -> NodeRecord:
+    children = procs.children_of(launcher.pid)
+    launcher_start = procs.start_time(launcher.pid)
     init_start = procs.start_time(children[0]) if len(children) == 1 else None
     if launcher_start is None or init_start is None:
-        _kill_launcher(proc)
+        _kill_launcher(launcher)
         raise LabError(f"node {node.name} died right after booting")
-    return NodeRecord(proc.pid, launcher_start, children[0], init_start)
+    return NodeRecord(launcher.pid, launcher_start, children[0], init_start)
 
 
-def _kill_launcher(proc: subprocess.Popen[bytes]) -> None:
-    proc.kill()
-    proc.wait()
-    _LAUNCHED.pop(proc.pid, None)
+def _kill_launcher(launcher: proc.Process) -> None:
+    launcher.kill()
+    launcher.wait()
+    _LAUNCHED.pop(launcher.pid, None)
 
 
 def _tail(path: Path, lines: int = 20) -> str:
@@ -370,48 +362,44 @@ def nsenter_argv(record: NodeRecord, argv: Sequence[str]) -> list[str]:
     ]
 
 
-def run_in(
-    record: NodeRecord,
-    argv: Sequence[str],
-    *,
-    stdin: str | None = None,
-    timeout: float | None = None,
-    env: Mapping[str, str] | None = None,
-) -> subprocess.CompletedProcess[str]:
-    """Run ``argv`` in the node and capture its output; past ``timeout`` the whole command is killed."""
-    if not procs.is_alive(record.init_pid, record.init_start):
-        raise LabError(f"node process {record.init_pid} is gone")
-    full = nsenter_argv(record, argv)
-    # Its own process group: on timeout the command inside the node dies too, not only nsenter.
-    with subprocess.Popen(
-        full,
-        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=dict(env) if env is not None else None,
-        start_new_session=True,
-    ) as proc:
+@dataclass
+class NodeTransport:
+    """Commands inside a running node, as root from its root dir: the lab's Transport (nsenter), beside the
+    local and SSH ones of hpckit.proc. Past ``timeout`` the whole command is killed, inside the node too."""
+
+    record: NodeRecord
+    where: str = "lab node"
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: str | None = None,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> CommandResult:
+        if not procs.is_alive(self.record.init_pid, self.record.init_start):
+            raise LabError(f"node process {self.record.init_pid} is gone")
+        full = nsenter_argv(self.record, argv)
         try:
-            out, err = proc.communicate(stdin, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+            return proc.run(full, stdin=stdin, timeout=timeout, env=env, where=self.where, own_group=True)
+        except proc.CommandTimedOut:
             raise LabError(f"{shlex.join(argv)} did not finish within {timeout}s") from None
-    return subprocess.CompletedProcess(full, proc.returncode, out, err)
+
+    def close(self) -> None:
+        """Nothing to close: each command is its own nsenter."""
 
 
 def start_sshd(record: NodeRecord, node: LabNode) -> None:
     """Start sshd through Debian's init script, as Ansible's `service` module would."""
-    result = run_in(record, ["/etc/init.d/ssh", "start"], env=NODE_ENV, timeout=30)
-    if result.returncode != 0:
+    result = NodeTransport(record, node.name).run(["/etc/init.d/ssh", "start"], env=NODE_ENV, timeout=30)
+    if result.rc != 0:
         raise LabError(f"node {node.name}: starting sshd failed: {(result.stdout + result.stderr).strip()}")
 
 
 def stop_sshd(record: NodeRecord, node: LabNode) -> None:
-    result = run_in(record, ["/etc/init.d/ssh", "stop"], env=NODE_ENV, timeout=30)
-    if result.returncode != 0:
+    result = NodeTransport(record, node.name).run(["/etc/init.d/ssh", "stop"], env=NODE_ENV, timeout=30)
+    if result.rc != 0:
         raise LabError(f"node {node.name}: stopping sshd failed: {(result.stdout + result.stderr).strip()}")
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from hpckit import proc
 from hpckit.lab.errors import LabError
 from hpckit.paths import DATA_DIR
 
@@ -37,12 +37,7 @@ def missing_packages(packages: Sequence[str] | None = None) -> list[str]:
         return []
     if shutil.which("dpkg-query") is None:
         raise LabError("dpkg-query not found: the lab needs a Debian (12) host")
-    result = subprocess.run(
-        ["dpkg-query", "-W", "-f=${Package} ${db:Status-Abbrev}\n", *wanted],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    result = proc.run(["dpkg-query", "-W", "-f=${Package} ${db:Status-Abbrev}\n", *wanted])
     installed = {
         fields[0].split(":", 1)[0]
         for fields in (line.split() for line in result.stdout.splitlines())
@@ -63,16 +58,13 @@ def install_packages(packages: Sequence[str] | None = None) -> list[str]:
     if os.geteuid() != 0:
         raise LabError(f"installing {' '.join(missing)} needs root")
     with _daemons_held_back():
-        result = subprocess.run(
+        result = proc.run(
             ["apt-get", "install", "-y", "--no-install-recommends", *missing],
             env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
-            capture_output=True,
-            text=True,
-            check=False,
         )
-    if result.returncode != 0:
+    if result.rc != 0:
         tail = "\n".join((result.stdout + result.stderr).splitlines()[-15:])
-        raise LabError(f"apt-get install {' '.join(missing)} failed (exit {result.returncode}):\n{tail}")
+        raise LabError(f"apt-get install {' '.join(missing)} failed (exit {result.rc}):\n{tail}")
     return missing
 
 

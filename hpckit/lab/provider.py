@@ -10,7 +10,6 @@ import fcntl
 import os
 import shutil
 import socket
-import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +24,7 @@ from hpckit.lab.packages import missing_packages
 from hpckit.lab.spec import DEFAULT_STATE_ROOT, LabNode, LabSpec
 from hpckit.lab.ssh import SshIdentity
 from hpckit.lab.state import LabPaths, NodeRecord
+from hpckit.proc import CommandResult
 
 SSHD_WAIT_S = 30.0
 _MAX_PARALLEL = 8
@@ -213,8 +213,9 @@ def _start_node(spec: LabSpec, paths: LabPaths, lab_node: LabNode) -> NodeRecord
     state.save_record(paths, lab_node.name, record)  # at once: an interrupted `up` must not hide a node from `down`
     try:
         net.attach_node(spec, lab_node, record.init_pid)
-        result = node.run_in(record, ["ip", "-batch", "-"], stdin=net.node_network_batch(spec, lab_node))
-        if result.returncode != 0:
+        in_node = node.NodeTransport(record, lab_node.name)
+        result = in_node.run(["ip", "-batch", "-"], stdin=net.node_network_batch(spec, lab_node))
+        if result.rc != 0:
             raise LabError(f"node {lab_node.name}: network setup failed: {result.stderr.strip()}")
     except LabError:
         node.stop(record)
@@ -235,8 +236,9 @@ def _ensure_shared_mounts(spec: LabSpec, paths: LabPaths, records: Mapping[str, 
             if shared in mounted:
                 continue
             source = str(paths.shared_source(shared))
-            done = node.run_in(record, ["sh", "-c", 'mkdir -p "$2" && mount --bind "$1" "$2"', "sh", source, shared])
-            if done.returncode != 0:
+            bind = ["sh", "-c", 'mkdir -p "$2" && mount --bind "$1" "$2"', "sh", source, shared]
+            done = node.NodeTransport(record, name).run(bind)
+            if done.rc != 0:
                 raise LabError(f"node {name}: cannot mount {shared} again: {done.stderr.strip()}")
 
 
@@ -339,13 +341,13 @@ def lab_exec(
     stdin: str | None = None,
     timeout: float | None = None,
     env: Mapping[str, str] | None = None,
-) -> subprocess.CompletedProcess[str]:
+) -> CommandResult:
     """Run ``argv`` inside a node's namespaces (as root, from /); output is captured as text."""
     _require_root()
     if not argv:
         raise LabError("lab exec needs a command")
     record = _running_record(cluster, node_name, state_root)
-    return node.run_in(record, argv, stdin=stdin, timeout=timeout, env=env)
+    return node.NodeTransport(record, node_name).run(argv, stdin=stdin, timeout=timeout, env=env)
 
 
 def exec_argv(cluster: str, node_name: str, argv: Sequence[str], state_root: Path = DEFAULT_STATE_ROOT) -> list[str]:

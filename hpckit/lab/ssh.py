@@ -6,10 +6,10 @@ and /etc/ssh are never touched.
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpckit import proc
 from hpckit.lab.errors import LabError
 from hpckit.lab.spec import LabNode, LabSpec
 
@@ -67,13 +67,8 @@ def generate_key(path: Path, comment: str) -> None:
     if path.exists():
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    result = subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if result.returncode != 0:
+    result = proc.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)])
+    if result.rc != 0:
         raise LabError(f"ssh-keygen could not write {path}: {result.stderr.strip()}")
 
 

@@ -6,9 +6,9 @@ tbf, not netem: this kernel has no netem. The burst is small so that the limit h
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
+from hpckit import proc
 from hpckit.lab import provider, state
 from hpckit.lab.errors import LabError
 from hpckit.lab.net import NODE_IFACE
@@ -29,7 +29,7 @@ def throttle(cluster: str, node: str, rate: str, state_root: Path = DEFAULT_STAT
 def unthrottle(cluster: str, node: str, state_root: Path = DEFAULT_STATE_ROOT) -> None:
     """Back to the veth's default queue, both ways (nothing to do when it was not throttled)."""
     _in_node(cluster, node, ["sh", "-c", f"tc qdisc del dev {NODE_IFACE} root 2>/dev/null; true"], state_root)
-    subprocess.run(["tc", "qdisc", "del", "dev", _host_end(cluster, node, state_root), "root"], capture_output=True)
+    proc.run(["tc", "qdisc", "del", "dev", _host_end(cluster, node, state_root), "root"])
 
 
 def _host_end(cluster: str, node: str, state_root: Path) -> str:
@@ -39,11 +39,11 @@ def _host_end(cluster: str, node: str, state_root: Path) -> str:
 
 def _in_node(cluster: str, node: str, argv: list[str], state_root: Path) -> None:
     done = provider.lab_exec(cluster, node, argv, state_root=state_root, timeout=30)
-    if done.returncode != 0:
+    if done.rc != 0:
         raise LabError(f"{' '.join(argv)} in {node}: {done.stderr.strip()}")
 
 
 def _on_host(argv: list[str]) -> None:
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
+    done = proc.run(argv)
+    if done.rc != 0:
         raise LabError(f"{' '.join(argv)}: {done.stderr.strip()}")

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from hpckit.errors import HpckitError
 from hpckit.preflight.expect import ACCOUNTS, HostPlan
-from hpckit.slurm.transport import CommandResult, Transport
+from hpckit.proc import CommandResult, Transport
 
 # 127: the shell found no such command (SSH runs commands through the login shell).
 RC_NOT_FOUND = 127

@@ -6,7 +6,8 @@ import socket
 from pathlib import Path
 
 from hpckit.clusters import ClusterAccess, SshAccess, load_access
-from hpckit.slurm.transport import LocalTransport, SshTransport, Transport
+from hpckit.proc import LocalTransport, Transport
+from hpckit.proc.ssh import SshTransport
 
 
 def ssh_transport(access: SshAccess, address: str, where: str) -> SshTransport:

@@ -16,15 +16,15 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from hpckit.errors import HpckitError
+from hpckit.proc import CommandResult, LocalTransport, Transport, TransportError
+from hpckit.slurm.client import MKDIR_FAILED, OUTPUT_MARK, SlurmClient
 from hpckit.slurm.directives import DirectiveError, read_directives
 from hpckit.slurm.jobparse import (
     SACCT_FIELDS,
-    SQUEUE_LIST_FORMAT,
-    TERMINAL_STATES,
     JobRecord,
     QueuedJob,
     TaskFailure,
@@ -41,7 +41,6 @@ from hpckit.slurm.jobparse import (
     slurm_error,
     task_failures,
 )
-from hpckit.slurm.transport import CommandResult, LocalTransport, Transport, TransportError
 
 POLL_FIRST_S = 0.05
 POLL_MAX_S = 1.0
@@ -158,17 +157,14 @@ class CliBackend:
     name: str = "cli"
     # Wait with one long command on the login node instead of a command per poll; None: when over SSH.
     wait_remotely: bool | None = None
+    slurm: SlurmClient = field(init=False, repr=False)
 
-    def _run(self, *argv: str, stdin: str | None = None, timeout: float = 30.0) -> CommandResult:
-        return self.transport.run(argv, stdin=stdin, timeout=timeout)
+    def __post_init__(self) -> None:
+        self.slurm = SlurmClient(self.transport)
 
     def _sbatch(self, options: str, script: str, mkdirs: Sequence[str] = ()) -> CommandResult:
-        """sbatch reading the script from its stdin, after creating `mkdirs` in the same command (over SSH
-        each command is a round trip). `options`: hpckit's own, blank-separated (--parsable --hold)."""
-        if not mkdirs:
-            return self._run("sbatch", *options.split(), stdin=script)
-        done = self._run("sh", "-c", _MKDIR_SBATCH, "hpckit-submit", options, *mkdirs, stdin=script)
-        if done.rc == _MKDIR_FAILED:
+        done = self.slurm.sbatch(options, script, mkdirs)
+        if mkdirs and done.rc == MKDIR_FAILED:
             raise JobError(f"cannot create {', '.join(mkdirs)} on {done.where}: {done.stderr.strip()}")
         return done
 
@@ -196,7 +192,7 @@ class CliBackend:
         return JobRejectedError(f"Slurm rejected the job: {message}")
 
     def queue_state(self, job_id: str) -> str | None:
-        done = self._run("squeue", "-h", "-j", job_id, "-o", "%T")
+        done = self.slurm.queue_state(job_id)
         if not done.ok:
             # Once the controller has purged the job, squeue calls the id invalid: it is no longer queued.
             if "invalid job id" in done.stderr.lower():
@@ -205,14 +201,13 @@ class CliBackend:
         return parse_queue_state(done.stdout)
 
     def accounting(self, job_id: str) -> JobRecord | None:
-        fields = ",".join(SACCT_FIELDS)
-        done = self._run("sacct", "-X", "-n", "-P", "-j", job_id, "-o", fields)
+        done = self.slurm.accounting(job_id)
         if not done.ok:
             return None  # accounting off or slurmdbd unreachable: the controller still knows the job
         return record_from_sacct(parse_delimited(done.stdout, SACCT_FIELDS), job_id)
 
     def info(self, job_id: str) -> JobInfo | None:
-        done = self._run("scontrol", "show", "job", "-o", job_id)
+        done = self.slurm.show_job(job_id)
         if not done.ok:
             if "invalid job id" in (done.stderr + done.stdout).lower():
                 return None
@@ -235,37 +230,27 @@ class CliBackend:
         The job's final `scontrol show job` record (None when the controller no longer knows the job)
         and its output (None when it could not be read there). JobWaitTimeout after `timeout` seconds.
         """
-        limit = "0" if timeout is None else str(max(1, int(timeout)))
-        grace = str(int(completing_grace * 1000))
-        done = self.transport.run(["sh", "-c", _WAIT_SCRIPT, "hpckit-wait", job_id, limit, grace], timeout=None)
+        limit = 0 if timeout is None else max(1, int(timeout))
+        done = self.slurm.wait_on_login(job_id, limit, int(completing_grace * 1000))
         if done.rc == 124:
             raise JobWaitTimeout(f"job {job_id} still queued or running after {timeout} s")
         if done.rc != 0:
             raise JobError(f"waiting for job {job_id} on {self.transport.where}: {done.describe()}")
-        record, marker, rest = done.stdout.partition(_OUTPUT_MARK)
+        record, marker, rest = done.stdout.partition(OUTPUT_MARK)
         info = info_from_scontrol(record, job_id) if record.strip() else None
         path, _, output = rest.partition("\n")
         # The shell cut the path at the first blank; the output is the job's only if that is the whole path.
         return info, output if marker and info is not None and path == info.stdout_path else None
 
     def cancel(self, job_id: str) -> None:
-        done = self._run("scancel", job_id)
+        done = self.slurm.scancel(job_id)
         if not done.ok:
             raise JobError(f"cannot cancel job {job_id}: {slurm_error(done.stderr) or done.describe()}")
 
     def queued(self, job_id: str | None = None, *, name: str | None = None, user: str | None = None) -> list[QueuedJob]:
         """The live jobs (pending, running, completing) matching all that is given; without a job id or a
         user, the calling user's own (`--me`), so a name never reaches another user's jobs."""
-        argv = ["squeue", "-h", "-o", SQUEUE_LIST_FORMAT]
-        if job_id is not None:
-            argv += ["-j", job_id]
-        if name is not None:
-            argv += ["-n", name]
-        if user is not None:
-            argv += ["-u", user]
-        elif job_id is None:
-            argv.append("--me")
-        done = self._run(*argv)
+        done = self.slurm.queued(job_id, name, user)
         if not done.ok:
             if job_id is not None and "invalid job id" in done.stderr.lower():
                 return []
@@ -273,48 +258,8 @@ class CliBackend:
         return parse_queue_listing(done.stdout)
 
     def partitions(self) -> list[str]:
-        done = self._run("sinfo", "-h", "-o", "%R")
+        done = self.slurm.partitions()
         return sorted({line.strip() for line in done.stdout.splitlines() if line.strip()}) if done.ok else []
-
-
-# sh, given OPTIONS DIR...: create the directories, then sbatch OPTIONS reads the script from stdin.
-# OPTIONS are hpckit's own (--parsable --hold), split on blanks by the unquoted $o.
-_MKDIR_FAILED = 97
-_MKDIR_SBATCH = f'o=$1; shift; mkdir -p -- "$@" || exit {_MKDIR_FAILED}; exec sbatch $o'
-
-# POSIX sh, run on the login node with JOB_ID LIMIT_S GRACE_MS: the same polling as Jobs.wait (50 ms apart,
-# growing by 0.1 s per second waited to 1 s) until the controller shows the job in a final state. Then it
-# prints that record and, when the record's StdOut is a readable file (no pattern left in it), a marker
-# line naming the file and the file itself. A job COMPLETING for GRACE_MS (an epilog hanging, a node gone)
-# has its record printed too, for the caller to ask accounting. Exit 0 printing nothing when scontrol fails
-# (the job forgotten, the controller unreachable: the caller sorts it out); exit 124 after LIMIT_S seconds
-# (0: never). Integer milliseconds: no awk per poll.
-_OUTPUT_MARK = "\n--- hpckit: job output follows, from "
-_OUTPUT_MARK_SH = _OUTPUT_MARK.replace("\n", "\\n")  # as printf's format writes it
-_FINAL_PATTERN = "|".join(f'*" JobState={state} "*' for state in sorted(TERMINAL_STATES))
-_WAIT_SCRIPT = f"""
-id=$1 limit_ms=$(($2 * 1000)) grace_ms=$3 waited=0 since=
-while :; do
-  record=$(scontrol show job -o "$id" 2>/dev/null) || exit 0
-  case "$record" in
-    {_FINAL_PATTERN})
-      printf '%s\\n' "$record"
-      out=${{record#* StdOut=}}; out=${{out%% *}}
-      case "$out" in
-        /*%*) ;;
-        /*) if [ -f "$out" ] && [ -r "$out" ]; then printf '{_OUTPUT_MARK_SH}%s\\n' "$out"; cat -- "$out"; fi ;;
-      esac
-      exit 0 ;;
-    *" JobState=COMPLETING "*)
-      [ -n "$since" ] || since=$waited
-      if [ $((waited - since)) -ge "$grace_ms" ]; then printf '%s\\n' "$record"; exit 0; fi ;;
-  esac
-  delay=$((50 + waited / 10)); [ "$delay" -gt 1000 ] && delay=1000
-  if [ "$limit_ms" -gt 0 ] && [ "$waited" -ge "$limit_ms" ]; then exit 124; fi
-  sleep "$((delay / 1000)).$(printf %03d $((delay % 1000)))"
-  waited=$((waited + delay))
-done
-"""
 
 
 def info_from_scontrol(stdout: str, job_id: str) -> JobInfo | None:

@@ -1,5 +1,6 @@
 """Node state operations through a Transport: read states and reasons, drain, resume, and start a
-one-node job (the health sweep's per-node job). The only place that knows these command lines.
+one-node job (the health sweep's per-node job); the queue operations of the health schedule. Their command
+lines are SlurmClient's.
 
 Drain and resume re-read the node right before acting and act only if a caller's guard still agrees,
 so that an admin's drain placed between a health run's look and its action is never overwritten.
@@ -7,16 +8,14 @@ so that an admin's drain placed between a health run's look and its action is ne
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from hpckit.errors import HpckitError
-from hpckit.slurm.client import SlurmCommandError
+from hpckit.proc import CommandResult, Transport
+from hpckit.slurm.client import SlurmClient, SlurmCommandError
 from hpckit.slurm.parsers import NodeState, parse_sinfo_nodes
-from hpckit.slurm.transport import CommandResult, Transport
-
-# %E (the reason) comes last: it is free text and may itself hold a "|".
-SINFO_FORMAT = "%N|%T|%P|%E"
 
 
 @dataclass(frozen=True)
@@ -57,18 +56,10 @@ class Applied:
 class NodeOps:
     def __init__(self, transport: Transport) -> None:
         self.transport = transport
-
-    def _run(self, *argv: str, timeout: float = 30.0) -> str:
-        result = self.transport.run(argv, timeout=timeout)
-        if not result.ok:
-            raise SlurmCommandError(result)
-        return result.stdout
+        self.slurm = SlurmClient(transport)
 
     def fleet(self, nodes: Sequence[str] | None = None) -> Fleet:
-        argv = ["sinfo", "-h", "-N", "-o", SINFO_FORMAT]
-        if nodes:
-            argv += ["-n", ",".join(nodes)]
-        return parse_fleet(self._run(*argv))
+        return parse_fleet(self.slurm.fleet_text(nodes))
 
     def state(self, node: str) -> NodeState | None:
         return self.fleet([node]).nodes.get(node)
@@ -97,8 +88,8 @@ class NodeOps:
             if current is None or not guard(current):
                 now = f"{current.state}{current.flags} ({current.reason or 'no reason'})" if current else "unknown"
                 return Applied(node, False, f"not changed: its state changed meanwhile to {now}")
-            self._run("scontrol", "update", f"nodename={node}", "state=resume")
-            self._run("scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason(current)}")
+            self.slurm.update_node(node, "state=resume")
+            self.slurm.update_node(node, "state=drain", f"reason={reason(current)}")
         except HpckitError as exc:
             return Applied(node, False, f"failed: {exc}")
         return Applied(node, True, "asked slurmctld to contact it again (still drained)")
@@ -109,7 +100,7 @@ class NodeOps:
             if not guard(current):
                 now = f"{current.state}{current.flags} ({current.reason or 'no reason'})" if current else "unknown"
                 return Applied(node, False, f"not changed: its state changed meanwhile to {now}")
-            self._run("scontrol", "update", f"nodename={node}", *update)
+            self.slurm.update_node(node, *update)
         except HpckitError as exc:
             return Applied(node, False, f"failed: {exc}")
         return Applied(node, True, done)
@@ -126,11 +117,9 @@ class NodeOps:
     ) -> CommandResult:
         """Run ``argv`` as a one-node exclusive job on ``node`` and wait for it; its stdout comes back
         through srun, so the result does not depend on the node's shared filesystem."""
-        cmd = ["srun", f"--nodelist={node}", "--nodes=1", "--ntasks=1", "--exclusive", "--input=none"]
-        cmd += [f"--job-name={job_name}", f"--time={time_limit_min}", "--immediate=60", "--quiet"]
-        if partition:
-            cmd.append(f"--partition={partition}")
-        return self.transport.run([*cmd, "--", *argv], timeout=timeout)
+        return self.slurm.srun_on(
+            node, argv, partition=partition, time_limit_min=time_limit_min, timeout=timeout, job_name=job_name
+        )
 
 
 @dataclass(frozen=True)
@@ -144,15 +133,10 @@ class JobOps:
 
     def __init__(self, transport: Transport) -> None:
         self.transport = transport
-
-    def _run(self, *argv: str, timeout: float = 30.0) -> str:
-        result = self.transport.run(argv, timeout=timeout)
-        if not result.ok:
-            raise SlurmCommandError(result)
-        return result.stdout
+        self.slurm = SlurmClient(transport)
 
     def pending(self, name: str) -> list[PendingJob]:
-        text = self._run("squeue", "-h", "-n", name, "-t", "PENDING", "-o", "%i|%S")
+        text = self.slurm.pending(name)
         jobs = []
         for line in text.splitlines():
             job_id, _, begin = line.strip().partition("|")
@@ -161,8 +145,14 @@ class JobOps:
         return jobs
 
     def cancel(self, job_id: str) -> None:
-        self._run("scancel", job_id)
+        done = self.slurm.scancel(job_id)
+        if not done.ok:
+            raise SlurmCommandError(done)
 
-    def submit(self, argv: Sequence[str]) -> str:
-        """Run an ``sbatch --parsable`` command line; the job id (``123`` of ``123;cluster``)."""
-        return self._run(*argv).strip().split(";")[0]
+    def submit_held(
+        self, name: str, command: str, begin: dt.datetime, *, output: str, time_limit_min: int, partition: str | None
+    ) -> str:
+        """Queue `command` as job `name`, held until `begin` (one such job at a time); its id."""
+        return self.slurm.sbatch_wrap(
+            name, command, begin, output=output, time_limit_min=time_limit_min, partition=partition
+        )

@@ -28,10 +28,11 @@ from typing import Any, TypeVar
 
 import hostlist
 
+from hpckit.proc import Transport, TransportError
+from hpckit.slurm.client import SlurmClient
 from hpckit.slurm.jobparse import TERMINAL_STATES, JobRecord, TestOnlyEstimate, base_state, expand_output_path
 from hpckit.slurm.jobs import CliBackend, JobError, JobInfo
 from hpckit.slurm.parsers import parse_version
-from hpckit.slurm.transport import Transport, TransportError
 
 # slurm_errno.h: ESLURM_INVALID_JOB_ID (the controller no longer knows the job).
 ESLURM_INVALID_JOB_ID = 2017
@@ -54,7 +55,7 @@ def pyslurm_unusable(transport: Transport) -> str | None:
     (a `fatal`) on a machine without a Slurm configuration.
     """
     try:
-        done = transport.run(["sinfo", "--version"], timeout=10)
+        done = SlurmClient(transport).sinfo_version(timeout=10)
     except TransportError as exc:
         return f"Slurm's commands do not run here ({exc})"
     if not done.ok:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 from hpckit.health.context import Context
 from hpckit.health.model import Bounds, Measure, Status, absent, fail, judge, ok, unknown, warn
-from hpckit.health.probe import ProbeError
+from hpckit.health.probe import ProbeError, shown
 from hpckit.health.registry import check
 
 MIB = 1 << 20
@@ -49,9 +49,9 @@ def _munge_round_trip(ctx: Context) -> Measure:
         cred = ctx.probe.run(["unmunge"], stdin=cred.stdout, timeout=timeout)
     seconds = time.perf_counter() - start
     if cred.timed_out:
-        return unknown("roundtrip", "munge-timeout", cred.describe())
+        return unknown("roundtrip", "munge-timeout", shown(cred))
     if not cred.ok:
-        return fail("roundtrip", "munge-roundtrip", cred.describe())
+        return fail("roundtrip", "munge-roundtrip", shown(cred))
     if "STATUS:" in cred.stdout and "Success" not in cred.stdout:
         status = next(line for line in cred.stdout.splitlines() if line.startswith("STATUS:"))
         return fail("roundtrip", "munge-roundtrip", f"unmunge: {status.strip()}")
@@ -169,10 +169,10 @@ def clock(ctx: Context) -> Iterator[Measure]:
         if done.missing:
             yield absent("offset", "no chronyc or ntpq on this node: clock sync not checked")
             return
-        yield _ntpq_offset(ctx, done.stdout, done.ok, done.describe())
+        yield _ntpq_offset(ctx, done.stdout, done.ok, shown(done))
         return
     if not done.ok:
-        yield warn("offset", "clock-unsynced", f"time sync daemon does not answer: {done.describe()}")
+        yield warn("offset", "clock-unsynced", f"time sync daemon does not answer: {shown(done)}")
         return
     yield _chrony_offset(ctx, done.stdout)
 

@@ -1,87 +1,17 @@
-"""Where Slurm commands run: on this machine, or on the cluster's login node over SSH (fabric).
-
-Every other module asks a Transport; none calls subprocess or SSH for Slurm itself.
-"""
+"""Commands on another machine over SSH (fabric, so ~/.ssh/config applies), behind the same Transport
+interface and result type as the local ones in hpckit.proc."""
 
 from __future__ import annotations
 
 import select
 import shlex
-import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from hpckit.errors import HpckitError
-
-
-class TransportError(HpckitError):
-    """The command could not be run at all (host unreachable, binary missing), as opposed to failing."""
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    argv: tuple[str, ...]
-    rc: int
-    stdout: str
-    stderr: str
-    where: str
-
-    @property
-    def ok(self) -> bool:
-        return self.rc == 0
-
-    def describe(self) -> str:
-        err = self.stderr.strip() or self.stdout.strip()
-        return f"`{shlex.join(self.argv)}` on {self.where} exited {self.rc}" + (f": {err}" if err else "")
-
-
-class Transport(Protocol):
-    where: str
-
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: str | None = None,
-        timeout: float | None = 60.0,
-        env: Mapping[str, str] | None = None,
-    ) -> CommandResult: ...
-
-    def close(self) -> None: ...
-
-
-@dataclass
-class LocalTransport:
-    where: str = "localhost"
-
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: str | None = None,
-        timeout: float | None = 60.0,
-        env: Mapping[str, str] | None = None,
-    ) -> CommandResult:
-        full_env = None
-        if env:
-            import os
-
-            full_env = {**os.environ, **env}
-        try:
-            done = subprocess.run(
-                list(argv), input=stdin, capture_output=True, text=True, timeout=timeout, env=full_env, check=False
-            )
-        except FileNotFoundError:
-            raise TransportError(f"{argv[0]}: command not found on {self.where}") from None
-        except subprocess.TimeoutExpired:
-            raise TransportError(f"`{shlex.join(argv)}` on {self.where} did not finish in {timeout} s") from None
-        return CommandResult(tuple(argv), done.returncode, done.stdout, done.stderr, self.where)
-
-    def close(self) -> None:
-        """Nothing to close: each command is its own process."""
+from hpckit.proc import CommandResult, TransportError
 
 
 @dataclass
