@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hpckit.health.parsers import (
+from hpckit.hw import (
     XID_CLASSES,
     HwParseError,
     classify_xid,

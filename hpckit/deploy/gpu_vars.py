@@ -17,7 +17,7 @@ from typing import Any
 from hpckit.blueprint.models import Blueprint, Enroot, Gpus, Hardware, LabProvider, NfsFilesystem, Partition
 from hpckit.deploy.inventory import HostEntry, host_entries, partition_groups
 from hpckit.deploy.topology import default_hostname, topology_conf
-from hpckit.health.parsers import parse_ibnetdiscover
+from hpckit.hw import parse_ibnetdiscover
 
 __all__ = [
     "enroot_packages",

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 import hostlist
 
-from hpckit.health.parsers.ib import IbFabric, IbNode
+from hpckit.hw.ib import IbFabric, IbNode
 
 __all__ = ["block_topology_conf", "default_hostname", "switch_names", "topology_conf"]
 

@@ -7,7 +7,7 @@ import shlex
 from dataclasses import dataclass
 
 from hpckit.errors import HpckitError
-from hpckit.health.parsers import GpuInfo, HwParseError, IbPort, parse_ibstatus, parse_query_gpu_csv
+from hpckit.hw import GpuInfo, HwParseError, IbPort, parse_ibstatus, parse_query_gpu_csv
 
 
 class FactError(HpckitError):

@@ -6,9 +6,9 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from hpckit.health.parsers._ib_port import IbPort, lid, physical_state, port_state, rate
-from hpckit.health.parsers._ibnetdiscover import IbFabric, IbLink, IbNode, parse_ibnetdiscover
-from hpckit.health.parsers.errors import HwParseError, normalise_guid, parse_int
+from hpckit.hw._ib_port import IbPort, lid, physical_state, port_state, rate
+from hpckit.hw._ibnetdiscover import IbFabric, IbLink, IbNode, parse_ibnetdiscover
+from hpckit.hw.errors import HwParseError, normalise_guid, parse_int
 
 __all__ = [
     "IbCa",

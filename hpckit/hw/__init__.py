@@ -1,18 +1,20 @@
-"""Pure parsers of GPU and InfiniBand tool output: text in, frozen dataclasses out.
+"""Hardware tool parsers: GPU and InfiniBand tool output (nvidia-smi, ibstat, ibnetdiscover, dcgmi, kernel XID
+lines) in, frozen dataclasses out; :mod:`hpckit.hw.nvml` turns NVML's values into the same records.
 
 Every parser raises :class:`HwParseError` (source, line, message) for text it cannot read. Nothing here
 runs a command or touches the network; ``read_sysfs_ports`` only reads files under the root it is given.
+Health, deploy and preflight all read hardware through this room, which imports no other room of hpckit.
 """
 
-from hpckit.health.parsers.dcgmi import (
+from hpckit.hw.dcgmi import (
     DcgmDiag,
     DcgmMessage,
     DcgmTest,
     parse_dcgmi_diag,
     parse_dcgmi_diag_all,
 )
-from hpckit.health.parsers.errors import HwParseError
-from hpckit.health.parsers.ib import (
+from hpckit.hw.errors import HwParseError
+from hpckit.hw.ib import (
     IbCa,
     IbFabric,
     IbLink,
@@ -25,7 +27,7 @@ from hpckit.health.parsers.ib import (
     parse_ibstatus,
     read_sysfs_ports,
 )
-from hpckit.health.parsers.nvidia_smi import (
+from hpckit.hw.nvidia_smi import (
     EccCounts,
     GpuAffinity,
     GpuInfo,
@@ -40,7 +42,7 @@ from hpckit.health.parsers.nvidia_smi import (
     parse_query_q,
     parse_topo_m,
 )
-from hpckit.health.parsers.xid import XID_CLASSES, XidClass, XidEvent, classify_xid, parse_xid_events
+from hpckit.hw.xid import XID_CLASSES, XidClass, XidEvent, classify_xid, parse_xid_events
 
 __all__ = [
     "XID_CLASSES",

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from hpckit.health.parsers.errors import HwParseError, normalise_guid
+from hpckit.hw.errors import HwParseError, normalise_guid
 
 SOURCE = "ibnetdiscover"
 
