@@ -3,7 +3,8 @@ lines) in, frozen dataclasses out; :mod:`hpckit.hw.nvml` turns NVML's values int
 
 Every parser raises :class:`HwParseError` (source, line, message) for text it cannot read. Nothing here
 runs a command or touches the network; ``read_sysfs_ports`` only reads files under the root it is given.
-Health, deploy and preflight all read hardware through this room, which imports no other room of hpckit.
+Health, deploy and preflight all read hardware through this room, which imports no other room of hpckit
+(but paths: the ibnetdiscover parser is the infiniband role's filter plugin, see hpckit.hw.fabric).
 
 A name is imported from its module when first asked for: compiling every parser's patterns would cost each
 quick health run start-up time that only a GPU or InfiniBand check needs.
@@ -23,14 +24,11 @@ if TYPE_CHECKING:
         parse_dcgmi_diag_all,
     )
     from hpckit.hw.errors import HwParseError
+    from hpckit.hw.fabric import IbFabric, IbLink, IbNode, parse_ibnetdiscover
     from hpckit.hw.ib import (
         IbCa,
-        IbFabric,
-        IbLink,
-        IbNode,
         IbPort,
         IbstatReport,
-        parse_ibnetdiscover,
         parse_ibstat,
         parse_ibstat_report,
         parse_ibstatus,
@@ -92,7 +90,7 @@ __all__ = [
 ]
 
 # Searched in this order, the most asked for first; never more than the eager imports this replaces.
-_MODULES = ("errors", "meminfo", "nvidia_smi", "xid", "ib", "dcgmi")
+_MODULES = ("errors", "meminfo", "nvidia_smi", "xid", "ib", "dcgmi", "fabric")
 
 
 def __getattr__(name: str) -> Any:
