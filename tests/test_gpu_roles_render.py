@@ -4,9 +4,13 @@ and the inventory and extravars hpckit builds. No host is contacted."""
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import hostlist
 import pytest
 import yaml
 
@@ -15,6 +19,7 @@ from hpckit.clusters import SshAccess
 from hpckit.deploy.inventory import build_extravars
 from hpckit.deploy.playvars import build_vars
 from hpckit.deploy.render import Inventory, host_context, render, render_value, topology_filter
+from hpckit.paths import ansible_dir
 
 REPO = Path(__file__).resolve().parent.parent
 ROLES = REPO / "ansible" / "roles"
@@ -140,6 +145,33 @@ def test_topology_filter_names_an_unreadable_dump() -> None:
 
     with pytest.raises(AnsibleFilterError, match="cannot read the ibnetdiscover output"):
         topology_filter()('Switch\t36 "S-00"\n[1]\tgarbage\n', GPU_NODES)
+
+
+def test_topology_filter_runs_with_the_standard_library_alone() -> None:
+    """A plain ansible-playbook has neither hpckit nor python-hostlist to import: the filter's file runs on a
+    bare interpreter (no site-packages) and gives the same topology, its node lists written out in full."""
+    path = ansible_dir() / "roles" / "infiniband" / "filter_plugins" / "hpckit_topology.py"
+    code = (
+        "import importlib.util, sys\n"
+        "spec = importlib.util.spec_from_file_location('f', sys.argv[1])\n"
+        "module = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(module)\n"
+        "print(module.hpckit_topology_conf(open(sys.argv[2]).read(), sys.argv[3:]), end='')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('hpckit', 'hostlist', 'ansible')))\n"
+    )
+    bare = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", code, str(path), str(FABRIC), *GPU_NODES],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    *conf, imported = bare.stdout.splitlines()
+    assert imported == "[]"
+    expanded = [
+        re.sub(r"Nodes=(\S+)", lambda m: "Nodes=" + ",".join(hostlist.expand_hostlist(m[1])), line)
+        for line in topology_filter()(FABRIC.read_text(), GPU_NODES).splitlines()
+    ]
+    assert conf == expanded
 
 
 # --- enroot + pyxis ------------------------------------------------------------------------------------------------

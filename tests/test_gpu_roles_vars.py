@@ -15,9 +15,9 @@ from hpckit.deploy.gpu_vars import (
     gpu_host_vars,
     gres_devices,
     nfs_clients,
-    topology_for,
 )
 from hpckit.deploy.inventory import HostEntry
+from hpckit.deploy.topology import topology_for
 
 FABRIC = (
     Path(__file__).parent

@@ -13,11 +13,11 @@ from hpckit.health.config import GpuExpect, IbExpect, Mount, NodeConfig
 from hpckit.health.context import Context, LocalState
 from hpckit.health.gpubench import BenchReport, BenchUnavailable, GpuBench
 from hpckit.health.model import ABSENT, Row, Status
-from hpckit.health.parsers import parse_ibstat, parse_query_q
 from hpckit.health.probe import DiskSpace, ProbeError, ProcInfo
 from hpckit.health.recorded import Recorded, RecordedProbe, healthy_node
 from hpckit.health.registry import Tier
 from hpckit.health.runner import RunOptions, run_checks
+from hpckit.hw import parse_ibstat, parse_query_q
 
 HW = Path(__file__).parent / "data" / "hw"
 LAB = NodeConfig(gpus=GpuExpect("lab", 4), mounts=(Mount("/shared", "/shared"),))
@@ -507,7 +507,7 @@ class FakeNvml:
         return self.gpus[h].pcie_width_max
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, h: int) -> int:
-        from hpckit.health.nvml import CLOCK_EVENT_BITS
+        from hpckit.hw.nvml import CLOCK_EVENT_BITS
 
         active = set(self.gpus[h].active_clocks_event_reasons)
         return sum(bit for bit, name in CLOCK_EVENT_BITS.items() if name in active)

@@ -16,8 +16,8 @@ from hpckit.health.config import ConfigError, load_config, parse_config
 from hpckit.health.model import Bounds, Row, Status
 from hpckit.health.registry import check, select
 from hpckit.health.schedule import JOB_NAME, ensure_chain
-from hpckit.health.slurmconf import SlurmConfError, parse_nodes, parse_settings
 from hpckit.slurm.client import SlurmClient
+from hpckit.slurm.conf import SlurmConfError, parse_nodes, parse_settings
 from hpckit.slurm.nodes import JobOps, parse_fleet
 from tests.fakes import FakeTransport, scripted
 

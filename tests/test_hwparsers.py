@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from hpckit.health.parsers import (
+from hpckit.hw import (
     XID_CLASSES,
     HwParseError,
     classify_xid,
@@ -540,3 +542,22 @@ def test_read_sysfs_ports_unreadable_attribute_is_left_out(tmp_path: Path) -> No
     (tmp_path / "mlx5_0" / "ports" / "1" / "state").unlink()
     with pytest.raises(HwParseError, match="cannot read"):
         read_sysfs_ports(tmp_path)
+
+
+# --- /proc/meminfo, and what importing one parser costs -----------------------------------------------
+
+
+def test_meminfo_total_in_mib() -> None:
+    from hpckit.hw.meminfo import mem_total_mb
+
+    assert mem_total_mb("MemTotal:       24684100 kB\nMemFree:        20000000 kB\n") == 24684100 // 1024
+    with pytest.raises(HwParseError, match=r"/proc/meminfo: no 'MemTotal: N kB' line"):
+        mem_total_mb("MemFree: 1 kB\n")
+
+
+def test_one_parser_imports_only_its_module() -> None:
+    """The quick health tier reads /proc/meminfo on every node; the GPU and InfiniBand parsers load only where
+    a check asks for them."""
+    code = "import sys, hpckit.hw.meminfo; print(sorted(m for m in sys.modules if m.startswith('hpckit.hw.')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['hpckit.hw.errors', 'hpckit.hw.meminfo']"

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hpckit.deploy.topology import topology_conf
-from hpckit.health.parsers import (
+from hpckit.hw import (
     HwParseError,
     parse_dcgmi_diag,
     parse_dcgmi_diag_all,

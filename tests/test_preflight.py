@@ -15,7 +15,7 @@ from hpckit.blueprint import load_blueprint, parse_blueprint
 from hpckit.clusters import SshAccess
 from hpckit.deploy.targets import Target
 from hpckit.hardware import hardware_table
-from hpckit.health.parsers import IbPort, parse_ibstat, parse_ibstatus, parse_query_q
+from hpckit.hw import IbPort, parse_ibstat, parse_ibstatus, parse_query_q
 from hpckit.preflight import compare, facts
 from hpckit.preflight.compare import Context, build_report, gpu_rows, host_rows, ib_rows
 from hpckit.preflight.expect import HostPlan, MountNeed, expectations

@@ -11,12 +11,12 @@ daemon processes). Running jobs survive every class but `unsupported`.
 from __future__ import annotations
 
 import enum
-import re
 from dataclasses import dataclass
 
 import hostlist
 
 from hpckit.deploy.events import ConfigDiff
+from hpckit.slurm.conf import ENTITIES, ConfLine, SlurmConfError, expand_names, parse_slurm_conf
 from hpckit.slurm_releases import Apply, AsVersion, apply_for, default_series
 
 
@@ -61,32 +61,32 @@ class Change:
 
 
 @dataclass(frozen=True)
-class SlurmConf:
+class SlurmConfView:
+    """What a change is counted in: settings, and the node and partition lines by name."""
+
     params: dict[str, str]  # lower-cased key -> value
-    nodes: dict[str, str]  # NodeName value -> the whole line
-    partitions: dict[str, str]
+    nodes: dict[str, ConfLine]  # NodeName value -> its line
+    partitions: dict[str, str]  # PartitionName value -> the whole line
 
 
-_LINE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9]*)\s*=\s*(\S+)(.*)$")  # X11Parameters has a digit
-
-
-def parse_slurm_conf(text: str) -> SlurmConf:
+def conf_view(text: str) -> SlurmConfView:
+    """slurm.conf (hpckit.slurm.conf) as the plan compares it: a line with no readable pair is passed over,
+    and an entity line other than a node's or a partition's, or one not read to its end, counts whole."""
     params: dict[str, str] = {}
-    nodes: dict[str, str] = {}
+    nodes: dict[str, ConfLine] = {}
     parts: dict[str, str] = {}
-    for raw in text.splitlines():
-        line = raw.split("#", 1)[0].strip()
-        match = _LINE.match(line)
-        if not match:
+    for line in parse_slurm_conf(text).lines:
+        if not line.pairs:
             continue
-        key, value = match.group(1).lower(), match.group(2)
-        if key == "nodename":
-            nodes[value] = " ".join(line.split())
-        elif key == "partitionname":
-            parts[value] = " ".join(line.split())
+        if line.head == "nodename":
+            nodes[line.value] = line
+        elif line.head == "partitionname":
+            parts[line.value] = line.text
+        elif line.head in ENTITIES or line.error:
+            params[line.head] = line.rest
         else:
-            params[key] = line.split("=", 1)[1].strip()
-    return SlurmConf(params, nodes, parts)
+            params.update(line.pairs)
+    return SlurmConfView(params, nodes, parts)
 
 
 def _keyed(file: str, kind: str, before: dict[str, str], after: dict[str, str], action: Action) -> list[Change]:
@@ -96,20 +96,20 @@ def _keyed(file: str, kind: str, before: dict[str, str], after: dict[str, str], 
     return sorted(out, key=lambda c: c.what)
 
 
-def per_node(nodes: dict[str, str]) -> dict[str, str]:
+def per_node(nodes: dict[str, ConfLine]) -> dict[str, str]:
     """NodeName lines -> one entry per node (its NodeAddr and other settings), so that node[1-2] growing into
     node[1-4] reads as node[3-4] added, not as one line removed and another added."""
     out: dict[str, str] = {}
     for key, line in nodes.items():
-        fields = {k.lower(): v for k, _, v in (t.partition("=") for t in line.split())}  # Slurm's keys ignore case
+        fields = dict(line.pairs)  # keys lower-cased: Slurm's keys ignore case
         addr_list = fields.pop("nodeaddr", "")
         fields.pop("nodename", None)
         settings = " ".join(f"{k}={v}" for k, v in sorted(fields.items()))
         try:
-            names = hostlist.expand_hostlist(key)
-            addrs = hostlist.expand_hostlist(addr_list)
-        except hostlist.BadHostlist:
-            out[key] = line  # not a hostlist Slurm would take either; compared as a whole line
+            names = expand_names(key)
+            addrs = expand_names(addr_list)
+        except SlurmConfError:
+            out[key] = line.text  # not a hostlist Slurm would take either; compared as a whole line
             continue
         if len(addrs) != len(names):
             addrs = [addr_list] * len(names)
@@ -118,7 +118,7 @@ def per_node(nodes: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def _node_changes(file: str, before: dict[str, str], after: dict[str, str], action: Action) -> list[Change]:
+def _node_changes(file: str, before: dict[str, ConfLine], after: dict[str, ConfLine], action: Action) -> list[Change]:
     old, new = per_node(before), per_node(after)
     groups = {
         "added": sorted(new.keys() - old.keys()),
@@ -144,7 +144,7 @@ def slurm_conf_changes(
         # running daemons must do shows on the hosts that already have one.
         return [Change(file, "created", Action.SLURMD_RESTART)]
     release = version if version is not None else default_series()
-    old, new = parse_slurm_conf(before), parse_slurm_conf(after)
+    old, new = conf_view(before), conf_view(after)
     changes = _node_changes(file, old.nodes, new.nodes, key_action("NodeName", release))
     changes += _keyed(file, "PartitionName", old.partitions, new.partitions, key_action("PartitionName", release))
     for key in sorted(old.params.keys() | new.params.keys()):

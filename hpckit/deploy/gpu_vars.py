@@ -16,8 +16,6 @@ from typing import Any
 
 from hpckit.blueprint.models import Blueprint, Enroot, Gpus, Hardware, LabProvider, NfsFilesystem, Partition
 from hpckit.deploy.inventory import HostEntry, host_entries, partition_groups
-from hpckit.deploy.topology import default_hostname, topology_conf
-from hpckit.health.parsers import parse_ibnetdiscover
 
 __all__ = [
     "enroot_packages",
@@ -27,7 +25,6 @@ __all__ = [
     "merge_gpu_vars",
     "nfs_clients",
     "pinned_driver",
-    "topology_for",
 ]
 
 # NVIDIA publishes enroot as two .debs side by side: enroot_V_ARCH.deb and enroot+caps_V_ARCH.deb (the
@@ -156,22 +153,6 @@ def _first_ib_host(bp: Blueprint) -> str:
         if bp.hardware_in(part).infiniband is not None:
             return host
     return ""
-
-
-def topology_for(ibnetdiscover_text: str, nodes: Sequence[str], source: str = "ibnetdiscover") -> str:
-    """topology.conf for the Slurm nodes ``nodes`` from a fabric dump; "" when none of them is on it.
-
-    Adapters of other hosts (storage, login, the controller) are left out: Slurm only takes its own
-    nodes in topology.conf.
-    """
-    wanted = set(nodes)
-
-    def slurm_node(description: str) -> str | None:
-        name = default_hostname(description)
-        return name if name in wanted else None
-
-    text = topology_conf(parse_ibnetdiscover(ibnetdiscover_text, source), slurm_node)
-    return text if " Nodes=" in text else ""
 
 
 # --- enroot + pyxis ------------------------------------------------------------------------------------

@@ -14,7 +14,6 @@ nodes of each partition that declares hardware (named by their hostlist in the f
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -26,6 +25,7 @@ import jinja2
 import yaml
 from jinja2.nativetypes import NativeEnvironment
 
+from hpckit.hw.fabric import topology_module
 from hpckit.paths import ansible_dir
 
 # What deploy puts in slurmdbd.conf from the machine that deploys: never rendered here.
@@ -356,15 +356,8 @@ def _slurm_hosts(inv: Inventory) -> list[str]:
 # --- topology.conf: the infiniband role's own filter ------------------------------------------------------------
 
 
-@cache
 def topology_filter() -> Callable[[str, list[str]], str]:
-    path = ansible_dir() / "roles" / "infiniband" / "filter_plugins" / "hpckit_topology.py"
-    spec = importlib.util.spec_from_file_location("hpckit_topology_filter", path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    found: Callable[[str, list[str]], str] = module.FilterModule().filters()["hpckit_topology_conf"]
+    found: Callable[[str, list[str]], str] = topology_module().FilterModule().filters()["hpckit_topology_conf"]
     return found
 
 

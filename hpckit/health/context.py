@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from hpckit.health.gpubench import BenchReport
     from hpckit.health.probe import Probe
     from hpckit.health.registry import Tier
-    from hpckit.health.slurmconf import NodeDecl
+    from hpckit.slurm.conf import NodeDecl
 
 
 class LocalState:
@@ -128,7 +128,7 @@ class Context:
         return self._decl
 
     def _read_decl(self) -> tuple[NodeDecl | None, str]:
-        from hpckit.health.slurmconf import SlurmConfError, parse_nodes
+        from hpckit.slurm.conf import SlurmConfError, parse_nodes
 
         text = self.probe.read_text(self.config.slurm_conf)
         if text is None:

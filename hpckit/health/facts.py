@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Literal
 from hpckit.health.probe import shown
 
 if TYPE_CHECKING:
-    from hpckit.health.parsers import GpuInfo, NvlinkGpu
     from hpckit.health.probe import Probe
+    from hpckit.hw import GpuInfo, NvlinkGpu
 
 # The parsers are imported where used: a node without NVIDIA tools (the lab) never needs them, and their
 # regular expressions cost start-up time on every quick-tier run.
@@ -38,7 +38,7 @@ class GpuFacts:
 def gather_gpus(probe: Probe) -> GpuFacts:
     nv = probe.nvml()
     if nv is not None:
-        from hpckit.health.nvml import NvmlError, gpus_from_nvml, nvlink_from_nvml
+        from hpckit.hw.nvml import NvmlError, gpus_from_nvml, nvlink_from_nvml
 
         try:
             gpus = gpus_from_nvml(nv)
@@ -56,7 +56,7 @@ def _from_nvidia_smi(probe: Probe) -> GpuFacts:
         return GpuFacts("error", detail=shown(done))
     if not done.ok:
         return GpuFacts("error", detail=shown(done))
-    from hpckit.health.parsers import HwParseError, parse_query_q
+    from hpckit.hw import HwParseError, parse_query_q
 
     try:
         gpus = parse_query_q(done.stdout, "nvidia-smi -q")
@@ -69,7 +69,7 @@ def _nvlink_from_smi(probe: Probe) -> tuple[NvlinkGpu, ...] | None:
     done = probe.run(["nvidia-smi", "nvlink", "--status"], timeout=NVIDIA_SMI_TIMEOUT_S)
     if not done.ok:
         return None
-    from hpckit.health.parsers import HwParseError, parse_nvlink_status
+    from hpckit.hw import HwParseError, parse_nvlink_status
 
     try:
         return tuple(parse_nvlink_status(done.stdout, "nvidia-smi nvlink --status"))

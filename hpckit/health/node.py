@@ -234,7 +234,7 @@ def _fleet_view(
 
 
 def _fleet_names(config: NodeConfig, ctx: Context) -> list[str]:
-    from hpckit.health.slurmconf import SlurmConfError, parse_nodes
+    from hpckit.slurm.conf import SlurmConfError, parse_nodes
 
     text = ctx.probe.read_text(config.slurm_conf) or ""
     try:

@@ -24,7 +24,7 @@ from hpckit.proc import CommandResult
 
 if TYPE_CHECKING:
     from hpckit.health.gpubench import BenchReport
-    from hpckit.health.parsers import IbPort
+    from hpckit.hw import IbPort
 
 _T = TypeVar("_T")
 
@@ -209,7 +209,7 @@ class LocalProbe:
         return self._nvml
 
     def ib_ports(self) -> list[IbPort]:
-        from hpckit.health.parsers import read_sysfs_ports
+        from hpckit.hw import read_sysfs_ports
 
         return read_sysfs_ports(Path(self._sysfs_ib))
 

@@ -16,7 +16,7 @@ from hpckit.proc import CommandResult
 
 if TYPE_CHECKING:
     from hpckit.health.gpubench import BenchReport
-    from hpckit.health.parsers import IbPort
+    from hpckit.hw import IbPort
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import TypeVar
 import hostlist
 
 from hpckit.hardware import HardwareTable, hardware_table
-from hpckit.health.parsers import IbPort
+from hpckit.hw import IbPort
 from hpckit.preflight import facts
 from hpckit.preflight.expect import ACCOUNTS, SUPPORTED_OS, SUPPORTED_OS_TEXT, Expectations, HostPlan
 from hpckit.preflight.facts import FactError

@@ -7,7 +7,7 @@ import shlex
 from dataclasses import dataclass
 
 from hpckit.errors import HpckitError
-from hpckit.health.parsers import GpuInfo, HwParseError, IbPort, parse_ibstatus, parse_query_gpu_csv
+from hpckit.hw import GpuInfo, HwParseError, IbPort, meminfo, parse_ibstatus, parse_query_gpu_csv
 
 
 class FactError(HpckitError):
@@ -107,10 +107,10 @@ def cpu_layout(text: str, source: str = "lscpu --parse") -> CpuLayout:
 
 def mem_total_mb(text: str, source: str = "/proc/meminfo") -> int:
     """MemTotal in MiB, the unit of slurmd's RealMemory."""
-    match = re.search(r"^MemTotal:\s+(\d+)\s+kB\s*$", text, re.MULTILINE)
-    if match is None:
-        raise FactError(source, "no 'MemTotal: N kB' line")
-    return int(match.group(1)) // 1024
+    try:
+        return meminfo.mem_total_mb(text, source)
+    except HwParseError as exc:
+        raise FactError(source, exc.message) from None
 
 
 def gpus_from_csv(text: str, source: str = "nvidia-smi --query-gpu") -> list[GpuSeen]:

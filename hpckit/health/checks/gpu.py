@@ -16,7 +16,7 @@ from hpckit.health.model import Measure, Status, absent, fail, ok, unknown, warn
 from hpckit.health.registry import check
 
 if TYPE_CHECKING:
-    from hpckit.health.parsers import GpuInfo, NvlinkGpu
+    from hpckit.hw import GpuInfo, NvlinkGpu
 
 _DEV = re.compile(r"^nvidia(\d+)$")
 
@@ -157,7 +157,7 @@ def xid(ctx: Context) -> Iterator[Measure]:
     if log.error is not None:
         yield unknown("xids", "kernel-log-unreadable", log.error)
         return
-    from hpckit.health.parsers import HwParseError, parse_xid_events
+    from hpckit.hw import HwParseError, parse_xid_events
 
     try:
         events = parse_xid_events(log.text, "kernel log", strict=False)

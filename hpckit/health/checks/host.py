@@ -137,9 +137,14 @@ def online_cpus(text: str) -> int:
     return total
 
 
-def mem_total_mb(meminfo: str) -> int | None:
-    match = re.search(r"^MemTotal:\s+(\d+)\s*kB", meminfo, re.M)
-    return int(match.group(1)) // 1024 if match else None
+def _mem_total_mb(ctx: Context) -> int | None:
+    from hpckit.hw.errors import HwParseError
+    from hpckit.hw.meminfo import mem_total_mb
+
+    try:
+        return mem_total_mb(ctx.probe.read_text("/proc/meminfo") or "")
+    except HwParseError:
+        return None
 
 
 @check("host.resources")
@@ -154,7 +159,7 @@ def resources(ctx: Context) -> Iterator[Measure]:
     if decl.cpus is not None:
         bounds = Bounds(float(decl.cpus), side="low")
         yield judge("cpus", float(cpus), "cpus", bounds, "cpus-missing", what="online")
-    memory = mem_total_mb(ctx.probe.read_text("/proc/meminfo") or "")
+    memory = _mem_total_mb(ctx)
     if decl.real_memory_mb is not None and memory is not None:
         bounds = Bounds(float(decl.real_memory_mb), side="low")
         yield judge("memory", float(memory), "MB", bounds, "memory-missing", what="MemTotal")

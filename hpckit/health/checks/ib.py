@@ -10,14 +10,14 @@ from hpckit.health.model import Measure, fail, ok, unknown, warn
 from hpckit.health.registry import check
 
 if TYPE_CHECKING:
-    from hpckit.health.parsers import IbPort
+    from hpckit.hw import IbPort
 
 # sysfs counters that only ever grow while a link misbehaves; a rise since the last run warns.
 FLAP_COUNTERS = ("link_downed", "link_error_recovery")
 
 
 def _ports(ctx: Context) -> list[IbPort] | Measure:
-    from hpckit.health.parsers import HwParseError
+    from hpckit.hw import HwParseError
 
     try:
         return ctx.probe.ib_ports()

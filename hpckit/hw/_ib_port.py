@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from hpckit.health.parsers.errors import HwParseError
+from hpckit.hw.errors import HwParseError
 
 # ibstat prints "Active"/"Initializing"; ibstatus and sysfs print "4: ACTIVE"/"2: INIT". One spelling out.
 _STATES = {

@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from hpckit.health.parsers.errors import HwParseError
+from hpckit.hw.errors import HwParseError
 
 Names = str | tuple[str, ...]
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from hpckit.health.parsers.errors import HwParseError
+from hpckit.hw.errors import HwParseError
 
 __all__ = ["DcgmDiag", "DcgmMessage", "DcgmTest", "parse_dcgmi_diag", "parse_dcgmi_diag_all"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from hpckit.health.parsers import EccCounts, GpuInfo, NvlinkGpu, NvlinkLink, RemappedRows
+from hpckit.hw import EccCounts, GpuInfo, NvlinkGpu, NvlinkLink, RemappedRows
 
 _T = TypeVar("_T")
 

@@ -5,9 +5,9 @@ Each lives in its own private module; this module is the public entry point.
 
 from __future__ import annotations
 
-from hpckit.health.parsers._smi_csv import CsvValue, normalise_field, parse_query_gpu_csv
-from hpckit.health.parsers._smi_nvlink import NvlinkGpu, NvlinkLink, parse_nvlink_status
-from hpckit.health.parsers._smi_query import (
+from hpckit.hw._smi_csv import CsvValue, normalise_field, parse_query_gpu_csv
+from hpckit.hw._smi_nvlink import NvlinkGpu, NvlinkLink, parse_nvlink_status
+from hpckit.hw._smi_query import (
     EccCounts,
     GpuInfo,
     MigDevice,
@@ -15,7 +15,7 @@ from hpckit.health.parsers._smi_query import (
     RetiredPages,
     parse_query_q,
 )
-from hpckit.health.parsers._smi_topo import GpuAffinity, TopoMatrix, parse_topo_m
+from hpckit.hw._smi_topo import GpuAffinity, TopoMatrix, parse_topo_m
 
 __all__ = [
     "CsvValue",

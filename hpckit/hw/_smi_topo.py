@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from hpckit.health.parsers.errors import HwParseError, no_value, parse_cpu_list
+from hpckit.hw.errors import HwParseError, no_value, parse_cpu_list
 
 SOURCE = "nvidia-smi topo -m"
 

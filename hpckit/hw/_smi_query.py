@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from hpckit.health.parsers._smi_tree import Entry, Names, build_report
-from hpckit.health.parsers.errors import HwParseError, no_value, parse_flag, parse_int, parse_number
+from hpckit.hw._smi_tree import Entry, Names, build_report
+from hpckit.hw.errors import HwParseError, no_value, parse_flag, parse_int, parse_number
 
 SOURCE = "nvidia-smi -q"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from hpckit.health.parsers.errors import HwParseError
+from hpckit.hw.errors import HwParseError
 
 SOURCE = "nvidia-smi nvlink --status"
 

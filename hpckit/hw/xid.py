@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from hpckit.health.parsers.errors import HwParseError
+from hpckit.hw.errors import HwParseError
 
 __all__ = ["XID_CLASSES", "XidClass", "XidEvent", "XidSeverity", "classify_xid", "parse_xid_events"]
 

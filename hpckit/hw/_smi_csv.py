@@ -9,7 +9,7 @@ import csv
 import re
 from collections.abc import Sequence
 
-from hpckit.health.parsers.errors import HwParseError, no_value
+from hpckit.hw.errors import HwParseError, no_value
 
 SOURCE = "nvidia-smi --query-gpu"
 

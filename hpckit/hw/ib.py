@@ -1,4 +1,4 @@
-"""InfiniBand: ``ibstat``, ``ibstatus``, the sysfs port tree, and ``ibnetdiscover`` (in _ibnetdiscover)."""
+"""InfiniBand: ``ibstat``, ``ibstatus`` and the sysfs port tree (``ibnetdiscover``: hpckit.hw.fabric)."""
 
 from __future__ import annotations
 
@@ -6,18 +6,13 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from hpckit.health.parsers._ib_port import IbPort, lid, physical_state, port_state, rate
-from hpckit.health.parsers._ibnetdiscover import IbFabric, IbLink, IbNode, parse_ibnetdiscover
-from hpckit.health.parsers.errors import HwParseError, normalise_guid, parse_int
+from hpckit.hw._ib_port import IbPort, lid, physical_state, port_state, rate
+from hpckit.hw.errors import HwParseError, normalise_guid, parse_int
 
 __all__ = [
     "IbCa",
-    "IbFabric",
-    "IbLink",
-    "IbNode",
     "IbPort",
     "IbstatReport",
-    "parse_ibnetdiscover",
     "parse_ibstat",
     "parse_ibstat_report",
     "parse_ibstatus",
