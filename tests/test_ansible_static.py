@@ -364,3 +364,41 @@ def test_roles_restart_for_the_keys_plan_labels_as_restarts() -> None:
     for name, key in conf_keys().items():
         if key.problem(default_series()) is None and key_action(name, default_series()) != Action.UNSUPPORTED:
             assert (key_action(name, default_series()) != Action.RECONFIGURE) == (name in restarts), name
+
+
+# ------------------------------------------------------------------ the contract document
+
+
+def _passed_names() -> tuple[set[str], set[str]]:
+    """(inventory groups, variables) that hpckit writes for the example blueprints, the lab's runtime
+    values and the retired nodes included."""
+    from hpckit.blueprint import load_blueprint
+    from hpckit.clusters import SshAccess
+    from hpckit.deploy.playvars import build_vars
+    from hpckit.paths import blueprints_dir
+
+    groups, names = {"slurm_retired"}, set()
+    for blueprint in sorted(blueprints_dir().glob("*.yaml")):
+        inventory, extravars = build_vars(load_blueprint(blueprint), SshAccess("root", 22, "/k", "/kh"))
+        names.update(extravars)
+        names.update(inventory["all"]["vars"])
+        for name, group in inventory["all"]["children"].items():
+            groups.add(name)
+            for child in group.get("children", {}).values():
+                names.update(child.get("vars", {}))
+                for host_vars in child["hosts"].values():
+                    names.update(host_vars)
+            for host_vars in group.get("hosts", {}).values():
+                names.update(host_vars)
+    return groups, names
+
+
+def test_the_contract_names_every_group_and_variable_hpckit_passes() -> None:
+    text = (ANSIBLE / "ANSIBLE-CONTRACT.md").read_text(encoding="utf-8")
+    groups, names = _passed_names()
+    lab_runtime = {"hpckit_install_mode", "hpckit_python", "hpckit_source", "hpckit_login_bin"}
+    lab_runtime |= {"hpckit_health_probe_key", "hpckit_health_probe_known_hosts"}
+    missing = sorted(n for n in groups | names | lab_runtime if f"`{n}`" not in text and f"{n}:" not in text)
+    assert missing == [], f"ANSIBLE-CONTRACT.md does not name {missing}"
+    sample = set(_yaml(DATA / "extravars.yml"))
+    assert sample <= names, f"tests/data/ansible/extravars.yml has names hpckit never passes: {sample - names}"
