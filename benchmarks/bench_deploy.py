@@ -6,7 +6,12 @@
 4. the same as 1-2 with 16 compute nodes.
 Targets: no-op <= 15 s and <= 0.5x the plain run; 16 nodes <= 1.5x the 4-node time.
 
-Run: python benchmarks/bench_deploy.py [--no-record]
+With --against REF, instead: one cold deploy of the 4-node lab, then no-op deploys alternating the playbooks
+of git revision REF (its ansible/, this checkout's Python) and this checkout's, each required to change
+nothing: a before/after of a change to ansible/ on the same lab, in one run on a noisy machine.
+
+Run: python benchmarks/bench_deploy.py [--no-record] [--lab NAME,NET,BRIDGE] [--lab16 NAME,NET,BRIDGE]
+     python benchmarks/bench_deploy.py --against REF [--runs N] [--lab NAME,NET,BRIDGE]
 """
 
 from __future__ import annotations
@@ -26,7 +31,15 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks._record import record  # noqa: E402
 from hpckit.clusters import ClusterDir  # noqa: E402
-from tests.labutil import hpckit, lab_blueprint  # noqa: E402
+from tests.labutil import CliRun, hpckit, lab_blueprint  # noqa: E402
+
+# `python -m hpckit` with its playbooks taken from another folder (hpckit.paths.ansible_dir patched before
+# anything imports it): the Python side stays this checkout's, so the lab's login node sees no change.
+WITH_ANSIBLE = (
+    "import runpy, sys; from pathlib import Path; import hpckit.paths as p; "
+    "folder = Path(sys.argv.pop(1)); p.ansible_dir = lambda: folder; "
+    "runpy.run_module('hpckit', run_name='__main__', alter_sys=True)"
+)
 
 
 def busy_cpu_s() -> float:
@@ -36,16 +49,37 @@ def busy_cpu_s() -> float:
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
-def timed_deploy(blueprint: Path, state: Path) -> tuple[float, dict[str, float]]:
+def timed_deploy(blueprint: Path, state: Path, ansible: Path | None = None) -> tuple[float, dict[str, float]]:
     """Wall time of `hpckit deploy` (process start to exit) and the command's own breakdown, with the
-    machine's busy CPU seconds during it as "busy_cpu_s"."""
+    machine's busy CPU seconds during it as "busy_cpu_s" and the hosts' changed tasks as "changed"."""
     start, cpu = time.monotonic(), busy_cpu_s()
-    done = hpckit("deploy", str(blueprint), "-q", "--json", state=state, timeout=1800)
+    done = deploy_with(ansible, blueprint, state)
     took = time.monotonic() - start
     if done.rc != 0:
         raise SystemExit(f"deploy failed:\n{done.stdout}\n{done.stderr}")
-    timings: dict[str, float] = json.loads(done.stdout).get("timings_s", {})
-    return took, {**timings, "busy_cpu_s": busy_cpu_s() - cpu}
+    summary = json.loads(done.stdout)
+    timings: dict[str, float] = summary.get("timings_s", {})
+    changed = sum(h.get("changed", 0) for h in summary.get("hosts", {}).values())
+    return took, {**timings, "busy_cpu_s": busy_cpu_s() - cpu, "changed": changed}
+
+
+def deploy_with(ansible: Path | None, blueprint: Path, state: Path) -> CliRun:
+    args = ("deploy", str(blueprint), "-q", "--json")
+    if ansible is None:
+        return hpckit(*args, state=state, timeout=1800)
+    tmp = state / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "HPCKIT_STATE": str(state), "TMPDIR": str(tmp)}
+    argv = [sys.executable, "-c", WITH_ANSIBLE, str(ansible), *args]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800, check=False, cwd=REPO)
+    return CliRun(done.returncode, done.stdout, done.stderr)
+
+
+def export_ansible(ref: str, into: Path) -> Path:
+    """REF's ansible/ folder, as committed, under `into`."""
+    archive = subprocess.run(["git", "archive", ref, "ansible"], cwd=REPO, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into / "ansible"
 
 
 def plain_noop(state: Path, cluster: str) -> float:
@@ -72,8 +106,8 @@ def plain_noop(state: Path, cluster: str) -> float:
     return took
 
 
-def sixteen(tmp: Path) -> Path:
-    path = lab_blueprint(tmp, "bench16", "10.77.6", "hpckb6")
+def sixteen(tmp: Path, lab: list[str]) -> Path:
+    path = lab_blueprint(tmp, *lab)
     text = path.read_text().replace("node[1-4]", "node[1-16]").replace("$(vars.net).[21-24]", "$(vars.net).[21-36]")
     path.write_text(text)
     return path
@@ -87,11 +121,17 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=3, help="no-op runs of each kind, alternating")
     ap.add_argument("--no-record", action="store_true")
+    ap.add_argument("--lab", default="bench4,10.77.4,hpckb4", help="NAME,NET,BRIDGE of the 4-node lab")
+    ap.add_argument("--lab16", default="bench16,10.77.6,hpckb6", help="NAME,NET,BRIDGE of the 16-node lab")
+    ap.add_argument("--against", metavar="REF", help="compare no-op deploys with REF's ansible/ instead")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="hpckit-bench-"))
     state = tmp / "state"
-    four = lab_blueprint(tmp, "bench4", "10.77.4", "hpckb4")
-    big = sixteen(tmp)
+    four = lab_blueprint(tmp, *args.lab.split(","))
+    if args.against:
+        against(args.against, four, state, args.runs, not args.no_record)
+        return
+    big = sixteen(tmp, args.lab16.split(","))
     loads = [load()]
     noops: list[float] = []
     plains: list[float] = []
@@ -116,6 +156,36 @@ def main() -> None:
     print(body)
     if not args.no_record:
         record("deploy", body)
+
+
+def against(ref: str, four: Path, state: Path, runs: int, keep: bool) -> None:
+    """No-op deploys alternating REF's playbooks and this checkout's, on one lab; each must change nothing."""
+    before = export_ansible(ref, state.parent)
+    loads = [load()]
+    times: dict[str, list[float]] = {ref: [], "this checkout": []}
+    try:
+        timed_deploy(four, state)
+        for _ in range(runs):
+            for name, folder in ((ref, before), ("this checkout", None)):
+                took, parts = timed_deploy(four, state, folder)
+                if parts["changed"]:
+                    raise SystemExit(f"the no-op deploy with {name}'s ansible/ changed {parts['changed']:.0f} tasks")
+                times[name].append(took)
+        loads.append(load())
+    finally:
+        hpckit("destroy", str(four), state=state)
+    ratio = statistics.median(times["this checkout"]) / statistics.median(times[ref])
+    body = (
+        f"## No-op deploy, ansible/ of `{ref}` against this checkout (`benchmarks/bench_deploy.py --against`)\n\n"
+        "4-node lab, one cold deploy, then `hpckit deploy` no-ops alternating the two playbook trees (same "
+        "Python, same lab); every run changed nothing. Load average (1 min) at the start and the end: "
+        f"{', '.join(loads)}.\n\n| ansible/ | no-op deploy |\n| --- | --- |\n"
+        + "\n".join(f"| {name} | {_spread(values)} |" for name, values in times.items())
+        + f"\n\n- this checkout / {ref} = {ratio:.2f} (medians of {runs})"
+    )
+    print(body)
+    if keep:
+        record("deploy-against", body)
 
 
 def report(

@@ -345,10 +345,12 @@ def test_slurm_conf_turns_on_the_tree_topology_when_the_fabric_gave_one() -> Non
 
 
 def test_gres_conf_is_left_to_the_nvidia_role_on_gpu_nodes() -> None:
-    wanted = _yaml(ROLES / "slurm_compute" / "vars" / "main.yml")
-    assert "gres" not in wanted["slurm_compute_own_files"] and "gres" in wanted["slurm_compute_gres_file"]
-    assert "hpckit_gpu_count" in wanted["slurm_compute_writes_gres"]
-    assert "nvidia_gres_result" in wanted["slurm_compute_earlier_changes"]
+    derived = _yaml(ROLES / "slurm_compute" / "vars" / "main.yml")
+    inspect = next(_tasks(ROLES / "slurm_compute" / "tasks" / "main.yml"))["hpckit_inspect"]
+    assert inspect["paths"]["gres"]["managed"] == "{{ slurm_compute_writes_gres }}"
+    assert "managed" not in inspect["paths"]["cgroup"]
+    assert "hpckit_gpu_count" in derived["slurm_compute_writes_gres"]
+    assert "nvidia_gres_result" in derived["slurm_compute_earlier_changes"]
 
 
 def test_roles_restart_for_the_keys_plan_labels_as_restarts() -> None:
