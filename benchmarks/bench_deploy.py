@@ -7,8 +7,9 @@
 Targets: no-op <= 15 s and <= 0.5x the plain run; 16 nodes <= 1.5x the 4-node time.
 
 With --against REF, instead: one cold deploy of the 4-node lab, then no-op deploys alternating the playbooks
-of git revision REF (its ansible/, this checkout's Python) and this checkout's, each required to change
-nothing: a before/after of a change to ansible/ on the same lab, in one run on a noisy machine.
+of git revision REF (its ansible/, swapped into this checkout for each of its runs; the Python stays this
+checkout's) and this checkout's, each required to change nothing: a before/after of a change to ansible/
+on the same lab, in one run on a noisy machine. Leave ansible/ alone while it runs.
 
 Run: python benchmarks/bench_deploy.py [--no-record] [--lab NAME,NET,BRIDGE] [--lab16 NAME,NET,BRIDGE]
      python benchmarks/bench_deploy.py --against REF [--runs N] [--lab NAME,NET,BRIDGE]
@@ -19,11 +20,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -31,15 +35,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks._record import record  # noqa: E402
 from hpckit.clusters import ClusterDir  # noqa: E402
-from tests.labutil import CliRun, hpckit, lab_blueprint  # noqa: E402
-
-# `python -m hpckit` with its playbooks taken from another folder (hpckit.paths.ansible_dir patched before
-# anything imports it): the Python side stays this checkout's, so the lab's login node sees no change.
-WITH_ANSIBLE = (
-    "import runpy, sys; from pathlib import Path; import hpckit.paths as p; "
-    "folder = Path(sys.argv.pop(1)); p.ansible_dir = lambda: folder; "
-    "runpy.run_module('hpckit', run_name='__main__', alter_sys=True)"
-)
+from tests.labutil import hpckit, lab_blueprint  # noqa: E402
 
 
 def busy_cpu_s() -> float:
@@ -49,11 +45,11 @@ def busy_cpu_s() -> float:
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
-def timed_deploy(blueprint: Path, state: Path, ansible: Path | None = None) -> tuple[float, dict[str, float]]:
+def timed_deploy(blueprint: Path, state: Path) -> tuple[float, dict[str, float]]:
     """Wall time of `hpckit deploy` (process start to exit) and the command's own breakdown, with the
     machine's busy CPU seconds during it as "busy_cpu_s" and the hosts' changed tasks as "changed"."""
     start, cpu = time.monotonic(), busy_cpu_s()
-    done = deploy_with(ansible, blueprint, state)
+    done = hpckit("deploy", str(blueprint), "-q", "--json", state=state, timeout=1800)
     took = time.monotonic() - start
     if done.rc != 0:
         raise SystemExit(f"deploy failed:\n{done.stdout}\n{done.stderr}")
@@ -63,23 +59,23 @@ def timed_deploy(blueprint: Path, state: Path, ansible: Path | None = None) -> t
     return took, {**timings, "busy_cpu_s": busy_cpu_s() - cpu, "changed": changed}
 
 
-def deploy_with(ansible: Path | None, blueprint: Path, state: Path) -> CliRun:
-    args = ("deploy", str(blueprint), "-q", "--json")
-    if ansible is None:
-        return hpckit(*args, state=state, timeout=1800)
-    tmp = state / "tmp"
-    tmp.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "HPCKIT_STATE": str(state), "TMPDIR": str(tmp)}
-    argv = [sys.executable, "-c", WITH_ANSIBLE, str(ansible), *args]
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800, check=False, cwd=REPO)
-    return CliRun(done.returncode, done.stdout, done.stderr)
-
-
-def export_ansible(ref: str, into: Path) -> Path:
-    """REF's ansible/ folder, as committed, under `into`."""
+@contextmanager
+def ansible_of(ref: str) -> Iterator[None]:
+    """REF's ansible/ (as committed) in place of this checkout's for the duration. Swapped in place rather
+    than run from elsewhere: the roles read their own folder (hpckit_health's PYTHONPATH is the playbook's
+    parent), so another path would itself be a change."""
+    ours, aside, theirs = REPO / "ansible", REPO / ".ansible-bench-aside", REPO / ".ansible-bench-ref"
+    theirs.mkdir()
     archive = subprocess.run(["git", "archive", ref, "ansible"], cwd=REPO, capture_output=True, check=True)
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
-    return into / "ansible"
+    subprocess.run(["tar", "-x", "--strip-components=1", "-C", str(theirs)], input=archive.stdout, check=True)
+    ours.rename(aside)
+    theirs.rename(ours)
+    try:
+        yield
+    finally:
+        ours.rename(theirs)
+        aside.rename(ours)
+        shutil.rmtree(theirs)
 
 
 def plain_noop(state: Path, cluster: str) -> float:
@@ -160,14 +156,14 @@ def main() -> None:
 
 def against(ref: str, four: Path, state: Path, runs: int, keep: bool) -> None:
     """No-op deploys alternating REF's playbooks and this checkout's, on one lab; each must change nothing."""
-    before = export_ansible(ref, state.parent)
     loads = [load()]
     times: dict[str, list[float]] = {ref: [], "this checkout": []}
     try:
         timed_deploy(four, state)
         for _ in range(runs):
-            for name, folder in ((ref, before), ("this checkout", None)):
-                took, parts = timed_deploy(four, state, folder)
+            for name in times:
+                with ansible_of(ref) if name == ref else nullcontext():
+                    took, parts = timed_deploy(four, state)
                 if parts["changed"]:
                     raise SystemExit(f"the no-op deploy with {name}'s ansible/ changed {parts['changed']:.0f} tasks")
                 times[name].append(took)
