@@ -6,7 +6,13 @@
 4. the same as 1-2 with 16 compute nodes.
 Targets: no-op <= 15 s and <= 0.5x the plain run; 16 nodes <= 1.5x the 4-node time.
 
-Run: python benchmarks/bench_deploy.py [--no-record]
+With --against REF, instead: one cold deploy of the 4-node lab, then no-op deploys alternating the playbooks
+of git revision REF (its ansible/, swapped into this checkout for each of its runs; the Python stays this
+checkout's) and this checkout's, each required to change nothing: a before/after of a change to ansible/
+on the same lab, in one run on a noisy machine. Leave ansible/ alone while it runs.
+
+Run: python benchmarks/bench_deploy.py [--no-record] [--lab NAME,NET,BRIDGE] [--lab16 NAME,NET,BRIDGE]
+     python benchmarks/bench_deploy.py --against REF [--runs N] [--lab NAME,NET,BRIDGE]
 """
 
 from __future__ import annotations
@@ -14,11 +20,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -38,14 +47,35 @@ def busy_cpu_s() -> float:
 
 def timed_deploy(blueprint: Path, state: Path) -> tuple[float, dict[str, float]]:
     """Wall time of `hpckit deploy` (process start to exit) and the command's own breakdown, with the
-    machine's busy CPU seconds during it as "busy_cpu_s"."""
+    machine's busy CPU seconds during it as "busy_cpu_s" and the hosts' changed tasks as "changed"."""
     start, cpu = time.monotonic(), busy_cpu_s()
     done = hpckit("deploy", str(blueprint), "-q", "--json", state=state, timeout=1800)
     took = time.monotonic() - start
     if done.rc != 0:
         raise SystemExit(f"deploy failed:\n{done.stdout}\n{done.stderr}")
-    timings: dict[str, float] = json.loads(done.stdout).get("timings_s", {})
-    return took, {**timings, "busy_cpu_s": busy_cpu_s() - cpu}
+    summary = json.loads(done.stdout)
+    timings: dict[str, float] = summary.get("timings_s", {})
+    changed = sum(h.get("changed", 0) for h in summary.get("hosts", {}).values())
+    return took, {**timings, "busy_cpu_s": busy_cpu_s() - cpu, "changed": changed}
+
+
+@contextmanager
+def ansible_of(ref: str) -> Iterator[None]:
+    """REF's ansible/ (as committed) in place of this checkout's for the duration. Swapped in place rather
+    than run from elsewhere: the roles read their own folder (hpckit_health's PYTHONPATH is the playbook's
+    parent), so another path would itself be a change."""
+    ours, aside, theirs = REPO / "ansible", REPO / ".ansible-bench-aside", REPO / ".ansible-bench-ref"
+    theirs.mkdir()
+    archive = subprocess.run(["git", "archive", ref, "ansible"], cwd=REPO, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "--strip-components=1", "-C", str(theirs)], input=archive.stdout, check=True)
+    ours.rename(aside)
+    theirs.rename(ours)
+    try:
+        yield
+    finally:
+        ours.rename(theirs)
+        aside.rename(ours)
+        shutil.rmtree(theirs)
 
 
 def plain_noop(state: Path, cluster: str) -> float:
@@ -72,8 +102,8 @@ def plain_noop(state: Path, cluster: str) -> float:
     return took
 
 
-def sixteen(tmp: Path) -> Path:
-    path = lab_blueprint(tmp, "bench16", "10.77.6", "hpckb6")
+def sixteen(tmp: Path, lab: list[str]) -> Path:
+    path = lab_blueprint(tmp, *lab)
     text = path.read_text().replace("node[1-4]", "node[1-16]").replace("$(vars.net).[21-24]", "$(vars.net).[21-36]")
     path.write_text(text)
     return path
@@ -87,11 +117,17 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=3, help="no-op runs of each kind, alternating")
     ap.add_argument("--no-record", action="store_true")
+    ap.add_argument("--lab", default="bench4,10.77.4,hpckb4", help="NAME,NET,BRIDGE of the 4-node lab")
+    ap.add_argument("--lab16", default="bench16,10.77.6,hpckb6", help="NAME,NET,BRIDGE of the 16-node lab")
+    ap.add_argument("--against", metavar="REF", help="compare no-op deploys with REF's ansible/ instead")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="hpckit-bench-"))
     state = tmp / "state"
-    four = lab_blueprint(tmp, "bench4", "10.77.4", "hpckb4")
-    big = sixteen(tmp)
+    four = lab_blueprint(tmp, *args.lab.split(","))
+    if args.against:
+        against(args.against, four, state, args.runs, not args.no_record)
+        return
+    big = sixteen(tmp, args.lab16.split(","))
     loads = [load()]
     noops: list[float] = []
     plains: list[float] = []
@@ -116,6 +152,36 @@ def main() -> None:
     print(body)
     if not args.no_record:
         record("deploy", body)
+
+
+def against(ref: str, four: Path, state: Path, runs: int, keep: bool) -> None:
+    """No-op deploys alternating REF's playbooks and this checkout's, on one lab; each must change nothing."""
+    loads = [load()]
+    times: dict[str, list[float]] = {ref: [], "this checkout": []}
+    try:
+        timed_deploy(four, state)
+        for _ in range(runs):
+            for name in times:
+                with ansible_of(ref) if name == ref else nullcontext():
+                    took, parts = timed_deploy(four, state)
+                if parts["changed"]:
+                    raise SystemExit(f"the no-op deploy with {name}'s ansible/ changed {parts['changed']:.0f} tasks")
+                times[name].append(took)
+        loads.append(load())
+    finally:
+        hpckit("destroy", str(four), state=state)
+    ratio = statistics.median(times["this checkout"]) / statistics.median(times[ref])
+    body = (
+        f"## No-op deploy, ansible/ of `{ref}` against this checkout (`benchmarks/bench_deploy.py --against`)\n\n"
+        "4-node lab, one cold deploy, then `hpckit deploy` no-ops alternating the two playbook trees (same "
+        "Python, same lab); every run changed nothing. Load average (1 min) at the start and the end: "
+        f"{', '.join(loads)}.\n\n| ansible/ | no-op deploy |\n| --- | --- |\n"
+        + "\n".join(f"| {name} | {_spread(values)} |" for name, values in times.items())
+        + f"\n\n- this checkout / {ref} = {ratio:.2f} (medians of {runs})"
+    )
+    print(body)
+    if keep:
+        record("deploy-against", body)
 
 
 def report(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -345,10 +346,12 @@ def test_slurm_conf_turns_on_the_tree_topology_when_the_fabric_gave_one() -> Non
 
 
 def test_gres_conf_is_left_to_the_nvidia_role_on_gpu_nodes() -> None:
-    wanted = _yaml(ROLES / "slurm_compute" / "vars" / "main.yml")
-    assert "gres" not in wanted["slurm_compute_own_files"] and "gres" in wanted["slurm_compute_gres_file"]
-    assert "hpckit_gpu_count" in wanted["slurm_compute_writes_gres"]
-    assert "nvidia_gres_result" in wanted["slurm_compute_earlier_changes"]
+    derived = _yaml(ROLES / "slurm_compute" / "vars" / "main.yml")
+    inspect = next(_tasks(ROLES / "slurm_compute" / "tasks" / "main.yml"))["hpckit_inspect"]
+    assert inspect["paths"]["gres"]["managed"] == "{{ slurm_compute_writes_gres }}"
+    assert "managed" not in inspect["paths"]["cgroup"]
+    assert "hpckit_gpu_count" in derived["slurm_compute_writes_gres"]
+    assert "nvidia_gres_result" in derived["slurm_compute_earlier_changes"]
 
 
 def test_roles_restart_for_the_keys_plan_labels_as_restarts() -> None:
@@ -364,3 +367,93 @@ def test_roles_restart_for_the_keys_plan_labels_as_restarts() -> None:
     for name, key in conf_keys().items():
         if key.problem(default_series()) is None and key_action(name, default_series()) != Action.UNSUPPORTED:
             assert (key_action(name, default_series()) != Action.RECONFIGURE) == (name in restarts), name
+
+
+# ------------------------------------------------------------------ the contract document
+
+
+def _passed_names() -> tuple[set[str], set[str]]:
+    """(inventory groups, variables) that hpckit writes for the example blueprints, the lab's runtime
+    values and the retired nodes included."""
+    from hpckit.blueprint import load_blueprint
+    from hpckit.clusters import SshAccess
+    from hpckit.deploy.playvars import build_vars
+    from hpckit.paths import blueprints_dir
+
+    groups, names = {"slurm_retired"}, set()
+    for blueprint in sorted(blueprints_dir().glob("*.yaml")):
+        inventory, extravars = build_vars(load_blueprint(blueprint), SshAccess("root", 22, "/k", "/kh"))
+        names.update(extravars)
+        names.update(inventory["all"]["vars"])
+        for name, group in inventory["all"]["children"].items():
+            groups.add(name)
+            for child in group.get("children", {}).values():
+                names.update(child.get("vars", {}))
+                for host_vars in child["hosts"].values():
+                    names.update(host_vars)
+            for host_vars in group.get("hosts", {}).values():
+                names.update(host_vars)
+    return groups, names
+
+
+def test_the_contract_names_every_group_and_variable_hpckit_passes() -> None:
+    text = (ANSIBLE / "ANSIBLE-CONTRACT.md").read_text(encoding="utf-8")
+    groups, names = _passed_names()
+    lab_runtime = {"hpckit_install_mode", "hpckit_python", "hpckit_source", "hpckit_login_bin"}
+    lab_runtime |= {"hpckit_health_probe_key", "hpckit_health_probe_known_hosts"}
+    missing = sorted(n for n in groups | names | lab_runtime if f"`{n}`" not in text and f"{n}:" not in text)
+    assert missing == [], f"ANSIBLE-CONTRACT.md does not name {missing}"
+    sample = set(_yaml(DATA / "extravars.yml"))
+    assert sample <= names, f"tests/data/ansible/extravars.yml has names hpckit never passes: {sample - names}"
+
+
+# ------------------------------------------------------------------ hpckit_inspect, on this machine
+
+
+def test_hpckit_inspect_reads_and_compares(tmp_path: Path) -> None:
+    """The action every role starts with, run for real over a local connection on files made here."""
+    playbook = _tool("ansible-playbook")
+    (tmp_path / "wanted.j2").write_text("value {{ wanted }}\n", encoding="utf-8")
+    for name, text in (("same", "value 1\n"), ("other", "value 2\n")):
+        (tmp_path / name).write_text(text, encoding="utf-8")
+        (tmp_path / name).chmod(0o644)
+    ours = {"owner": tmp_path.owner(), "group": tmp_path.group()}
+    result = tmp_path / "result.json"
+    inspect = {
+        "packages": ["dpkg", "hpckit-no-such-package"],
+        "paths": {
+            "dir": {"path": str(tmp_path), **ours, "mode": f"{tmp_path.stat().st_mode & 0o777:o}"},
+            "same": {"path": str(tmp_path / "same"), **ours, "mode": "0644", "template": str(tmp_path / "wanted.j2")},
+            "other": {"path": str(tmp_path / "other"), **ours, "mode": "0644", "template": str(tmp_path / "wanted.j2")},
+            "absent": {"path": str(tmp_path / "absent"), "managed": "{{ 1 == 2 }}"},
+        },
+        "services": ["hpckit-no-such-service"],
+        "checks": {"succeeds": f"test -d {tmp_path}", "fails": "exit 3"},
+        "reads": {"lines": "printf 'a\\nb\\n'", "quoted": 'echo "it\'s"'},
+    }
+    tasks = [
+        {"hpckit_inspect": inspect, "register": "found"},
+        {"ansible.builtin.copy": {"content": "{{ found | to_json }}", "dest": str(result), "mode": "0644"}},
+    ]
+    play = tmp_path / "inspect.yml"
+    plays = [{"hosts": "localhost", "connection": "local", "gather_facts": False, "roles": ["hpckit_inspect"]}]
+    plays[0].update({"vars": {"wanted": 1}, "tasks": tasks})
+    play.write_text(json.dumps(plays), encoding="utf-8")  # JSON is YAML
+    done = subprocess.run(
+        [playbook, "-i", "localhost,", "-e", f"ansible_python_interpreter={sys.executable}", str(play)],
+        env={**_ansible_env(tmp_path), "ANSIBLE_ROLES_PATH": str(ROLES)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = json.loads(result.read_text(encoding="utf-8"))
+    assert found["missing"] == ["hpckit-no-such-package"]
+    owner = f"{tmp_path.owner()}:{tmp_path.group()}"
+    assert found["paths"]["dir"].endswith(" -") and found["paths"]["same"].startswith(f"{owner}:644 ")
+    assert found["paths"]["absent"] == " "
+    assert found["outdated"] == ["other"]
+    assert found["running"] == {"hpckit-no-such-service": False}
+    assert found["checks"] == {"succeeds": True, "fails": False}
+    assert found["reads"] == {"lines": "a\nb", "quoted": "it's"}
+    assert found["differs"] is True and found["changed"] is False

@@ -5,6 +5,7 @@ One module-scoped lab; the tests run in file order and build on each other.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Iterator
@@ -17,7 +18,9 @@ from hpckit.lab import provider
 from tests.labutil import CliRun, Cluster, hpckit, lab_blueprint, needs_lab
 
 pytestmark = [pytest.mark.lab, needs_lab()]
-NAME, NET, BRIDGE = "labtest", "10.77.7", "hpckt7"
+# This module's own lab (not the shared one of HPCKIT_TEST_LAB, which may run in the same session); two
+# checkouts testing at once set HPCKIT_TEST_DEPLOY_LAB=NAME,NET,BRIDGE.
+NAME, NET, BRIDGE = os.environ.get("HPCKIT_TEST_DEPLOY_LAB", "labtest,10.77.7,hpckt7").split(",")
 HOSTS = ["ctl", "login", "node1", "node2", "node3", "node4"]
 
 

@@ -96,7 +96,7 @@ def test_expand_renders_what_the_roles_render(tmp_path: Path) -> None:
     inventory, extravars = build_vars(bp, SshAccess("root"))
     ctx = host_context(Inventory(inventory), extravars, "gpu007", "slurm_common")
     assert read(tmp_path / "out", "all/etc/slurm/slurm.conf") == render("slurm_common", "slurm.conf.j2", ctx)
-    ctx = host_context(Inventory(inventory), extravars, "gpu007", "nvidia", nvidia_probe={"stdout_lines": []})
+    ctx = host_context(Inventory(inventory), extravars, "gpu007", "nvidia", nvidia_state={"reads": {}, "paths": {}})
     per_host = render("nvidia", "gres.conf.j2", ctx)
     assert read(tmp_path / "out", "partition_gpu/etc/slurm/gres.conf") == per_host.replace("gpu007", "gpu[001-016]")
 

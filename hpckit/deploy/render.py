@@ -63,7 +63,7 @@ CONFIGS: tuple[Config, ...] = (
         "{{ nvidia_gres_path }}",
         "compute",
         when="nvidia_gpu_count | int > 0",
-        facts={"nvidia_probe": {"stdout_lines": []}},
+        facts={"nvidia_state": {"reads": {}, "paths": {}}},
         assumes="File= lines; a Slurm built with NVML gets AutoDetect=nvml instead (nvidia_gres_autodetect)",
     ),
     Config(
