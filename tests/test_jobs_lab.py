@@ -399,11 +399,6 @@ def _job_fields(login: Any, job_id: str) -> dict[str, str]:
     return fields
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="not yet seen passing on the lab: the ranks are now signalled with scancel (srun turned SIGTERM into "
-    "SIGKILL, so no checkpoint was saved), unverified",
-)
 def test_torchrun_checkpoints_on_the_warning_signal_and_resumes_after_requeue(cluster: Cluster, login: Any) -> None:
     """The warning Slurm sends before the time limit (--signal=B:USR1), sent now with scancel: every rank
     gets SIGTERM and saves, the job requeues itself and its second run resumes, in the same log.
