@@ -155,3 +155,11 @@ def test_the_schema_offers_the_features_and_the_modes() -> None:
     text = json.dumps(props)
     assert '"distro", "build", "packages"' in text and all(f'"{f}"' in text for f in build_features())
     assert {"version", "install", "source", "source_sha256", "build", "packages"} <= set(props)
+
+
+@pytest.mark.parametrize("version", [None, "22.05.8", "24.11.5"])
+def test_an_expanded_blueprint_validates_again(version: str | None) -> None:
+    """The record and `hpckit expand` hold every key with its default: that says nothing of the install."""
+    text = slurm(f'  version: "{version}"\n') if version else GOOD
+    expanded = parse_blueprint(text).model_dump(mode="json")
+    assert parse_blueprint(json.dumps(expanded)).slurm.install_mode == parse_blueprint(text).slurm.install_mode

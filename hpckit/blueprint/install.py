@@ -20,6 +20,7 @@ from hpckit.slurm_releases import (
     ReleaseError,
     Version,
     build_feature_needs,
+    build_features,
     buildable_from,
     default_series,
     release,
@@ -64,9 +65,18 @@ def install_problems(data: Any, declared_hosts: set[str]) -> list[tuple[Path_, s
     return found
 
 
+def _given(key: str, value: Any) -> bool:
+    """Whether the blueprint says something with ``key``: an expanded blueprint (the record's, `hpckit
+    expand`'s) holds every key with its default, which says nothing."""
+    if key == "build" and isinstance(value, dict):
+        default = list(build_features())
+        return value.get("host") is not None or value.get("features", default) != default
+    return value not in (None, [])
+
+
 def _misplaced(slurm: dict[str, Any], mode: str) -> Problems:
     for key, belongs in _KEY_MODE.items():
-        if slurm.get(key) is not None and belongs != mode:
+        if _given(key, slurm.get(key)) and belongs != mode:
             yield ("slurm", key), f"{key} goes with install: {belongs}; this blueprint installs Slurm by {mode}"
     if slurm.get("source_sha256") is not None and slurm.get("source") is None:
         yield ("slurm", "source_sha256"), "source_sha256 goes with source (the tarball it is the hash of)"

@@ -12,7 +12,7 @@ from typing import Any
 
 from hpckit import __version__
 from hpckit.blueprint.models import Blueprint
-from hpckit.clusters import BLUEPRINT, INVENTORY, ClusterAccess, ClusterDir
+from hpckit.clusters import BLUEPRINT, INVENTORY, VERSIONS, ClusterAccess, ClusterDir
 from hpckit.deploy.events import Tracker
 from hpckit.deploy.inventory import host_entries
 from hpckit.deploy.join import SLURMD_LOG, JoinReport, wait_for_join
@@ -193,7 +193,7 @@ def _slurm_version(controller: Transport) -> str:
 def _finish_record(bp: Blueprint, target: Target, result: DeployResult) -> None:
     rec, tracker = result.record, result.tracker
     rec.write_json(
-        "versions.json",
+        VERSIONS,
         {"hpckit": __version__, "ansible-core": ansible_version(), "slurm": result.slurm_version},
     )
     rec.write_json(
