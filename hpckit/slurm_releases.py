@@ -158,6 +158,11 @@ def build_feature_needs() -> dict[str, list[str]]:
     return {str(k): [str(n) for n in v] for k, v in (_data().get("build_feature_needs") or {}).items()}
 
 
+def build_features_always() -> list[str]:
+    """The features SchedMD's Debian packaging builds whatever the blueprint asks (slurmrestd and json)."""
+    return [str(f) for f in _data().get("build_features_always") or []]
+
+
 def supported_series() -> list[str]:
     """The release series SchedMD still ships fixes for, oldest first."""
     return [series for series, rel in releases().items() if rel.supported]

@@ -40,7 +40,7 @@ def test_a_full_build_section_validates(tmp_path: Path) -> None:
     bp = parse_blueprint(
         slurm(
             f'  version: "24.11.5"\n  install: build\n  source: {tarball}\n  source_sha256: "{"a" * 64}"\n'
-            "  build: {host: login, features: [pmix, hwloc]}\n"
+            "  build: {host: login, features: [pmix, hwloc, json, restd]}\n"
         )
     )
     assert bp.slurm.source == str(tarball) and bp.slurm.build.host == "login"
@@ -90,6 +90,8 @@ def test_a_build_needs_an_exact_release() -> None:
 def test_unknown_and_incomplete_features_are_named_at_their_place() -> None:
     got = problems(slurm('  version: "24.11.5"\n  build:\n    features: [pmix, restd, gdrcopy]\n'))
     assert got == [
+        "bp.yaml:14:15: slurm.build.features: SchedMD's Debian packaging always builds restd, json (slurmrestd "
+        "has a package of its own): add json",
         "bp.yaml:14:22: slurm.build.features[1]: restd does not build without json",
         "bp.yaml:14:29: slurm.build.features[2]: unknown build feature 'gdrcopy'; known: "
         + ", ".join(build_features()),
@@ -123,9 +125,7 @@ def test_a_directory_is_not_a_source(tmp_path: Path) -> None:
 
 
 def test_keys_of_another_way_of_installing_are_refused() -> None:
-    got = problems(
-        slurm('  version: "24.11.5"\n  packages: [/srv/a.deb]\n  build: {features: [pmix]}\n  source_sha256: x\n')
-    )
+    got = problems(slurm('  version: "24.11.5"\n  packages: [/srv/a.deb]\n  build: {host: ctl}\n  source_sha256: x\n'))
     assert got == [
         "bp.yaml:13:13: slurm.packages: packages goes with install: packages; this blueprint installs Slurm by build",
         "bp.yaml:15:18: slurm.source_sha256: source_sha256 goes with source (the tarball it is the hash of)",

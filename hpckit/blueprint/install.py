@@ -21,6 +21,7 @@ from hpckit.slurm_releases import (
     Version,
     build_feature_needs,
     build_features,
+    build_features_always,
     buildable_from,
     default_series,
     release,
@@ -136,6 +137,13 @@ def _build_settings(build: dict[str, Any], declared: set[str]) -> Problems:
     features = build.get("features")
     if not isinstance(features, list):
         return
+    always = [f for f in build_features_always() if f not in features]
+    if always:
+        yield (
+            ("slurm", "build", "features"),
+            f"SchedMD's Debian packaging always builds {', '.join(build_features_always())} (slurmrestd has a "
+            f"package of its own): add {', '.join(always)}",
+        )
     for i, feature in enumerate(features):
         missing = [n for n in build_feature_needs().get(str(feature), []) if n not in features]
         if missing:
