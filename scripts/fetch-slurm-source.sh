@@ -81,21 +81,23 @@ trap 'rm -f "$part"' EXIT
 for url in "${candidates[@]}"; do
   # apt-helper drops privileges to _apt where it can: the partial file must be writable by it.
   chmod 666 "$part"
-  if /usr/lib/apt/apt-helper download-file "$url" "$part" >/dev/null 2>&1; then
-    # From a file: archive apt links to the file instead of copying it; the cache keeps its own copy.
-    if [[ -L $part ]]; then
-      target=$(readlink -f "$part")
-      rm -f "$part"
-      cp "$target" "$part"
-    fi
-    if hash_ok "$part"; then
-      chmod 644 "$part"
-      mv "$part" "$DEST_DIR/$FILE"
-      echo "Slurm source: fetched $FILE into $DEST_DIR"
-      exit 0
-    fi
-    echo "Slurm source: $url has SHA256 $(sha256sum "$part" | cut -d' ' -f1), not $SHA256; not used" >&2
+  if ! said=$(/usr/lib/apt/apt-helper download-file "$url" "$part" 2>&1); then
+    echo "Slurm source: $(printf '%s\n' "$said" | grep -m 1 '^E: ' || echo "$url: apt-helper failed")" >&2
+    continue
   fi
+  # From a file: archive apt links to the file instead of copying it; the cache keeps its own copy.
+  if [[ -L $part ]]; then
+    target=$(readlink -f "$part")
+    rm -f "$part"
+    cp "$target" "$part"
+  fi
+  if hash_ok "$part"; then
+    chmod 644 "$part"
+    mv "$part" "$DEST_DIR/$FILE"
+    echo "Slurm source: fetched $FILE into $DEST_DIR"
+    exit 0
+  fi
+  echo "Slurm source: $url has SHA256 $(sha256sum "$part" | cut -d' ' -f1), not $SHA256; not used" >&2
 done
 echo "Slurm source: could not fetch $FILE from any of: ${candidates[*]}" >&2
 exit 1

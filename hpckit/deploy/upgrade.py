@@ -6,8 +6,8 @@ SlurmctldTimeout and SlurmdTimeout so that no node is marked down while its daem
 new release's slurmdbd serves older slurmctlds, never the reverse; across a major release it converts the
 database), then slurmctld, then slurmd a batch of nodes at a time (running jobs keep running: their slurmstepd
 stays), then the client tools; across a major release the SPANK plugins (pyxis) are rebuilt against the new
-headers; then the timeouts go back and every daemon's version is checked. At no point does a daemon talk to an
-older one than itself.
+headers; then the timeouts go back and every daemon's version is checked. Throughout, slurmdbd is never older
+than slurmctld, nor slurmctld older than any slurmd.
 
 ``plan_upgrade`` is pure and refuses, before anything is touched, what Slurm does not support (a downgrade, a jump
 over more releases than the target reads) and a blueprint whose hosts are not the deployed ones; ``live_cluster``
