@@ -76,6 +76,7 @@ class UpgradePlan:
     target: Version
     install: str
     batch_size: int
+    packages: str = ""  # where the new release's packages come from
     steps: tuple[Step, ...] = field(default_factory=tuple)
 
     @property
@@ -94,6 +95,7 @@ class UpgradePlan:
             "to": str(self.target),
             "major": self.major,
             "install": self.install,
+            "packages": self.packages,
             "batch_size": self.batch_size,
             "steps": [s.as_dict() for s in self.steps],
         }
@@ -103,7 +105,10 @@ class UpgradePlan:
         if not self.steps:
             return [f"{self.cluster}: Slurm {self.current} is what the blueprint names; nothing to upgrade"]
         kind = "a new release series: slurmdbd converts the database" if self.major else "a micro release"
-        out = [f"upgrade {self.cluster}: Slurm {self.current} -> {self.target} ({kind}; install: {self.install})"]
+        out = [
+            f"upgrade {self.cluster}: Slurm {self.current} -> {self.target} ({kind}; install: {self.install})",
+            f"packages: {self.packages}",
+        ]
         for n, step in enumerate(self.steps, 1):
             out.append(f"{n:>3}. {step.kind:<16} {_hosts(step.hosts):<24} {step.action}")
         return out
@@ -142,7 +147,7 @@ def plan_upgrade(live: LiveCluster, bp: Blueprint, batch: str = DEFAULT_BATCH) -
     target = slurm_release_of(bp)
     nodes = tuple(dict.fromkeys(host for _, host, _ in bp.compute_hosts()))
     size = batch_size(batch, len(nodes))
-    plan = UpgradePlan(live.cluster, live.version, target, bp.slurm.install_mode, size)
+    plan = UpgradePlan(live.cluster, live.version, target, bp.slurm.install_mode, size, _packages(bp))
     if _already(live.version, target):
         return plan
     try:
@@ -151,7 +156,8 @@ def plan_upgrade(live: LiveCluster, bp: Blueprint, batch: str = DEFAULT_BATCH) -
         problem = str(exc)
     if problem is not None:
         raise UpgradeRefused(f"cannot upgrade {live.cluster} from Slurm {live.version} to {target}: {problem}")
-    return UpgradePlan(live.cluster, live.version, target, plan.install, size, tuple(_steps(live, bp, plan, nodes)))
+    steps = tuple(_steps(live, bp, plan, nodes))
+    return UpgradePlan(live.cluster, live.version, target, plan.install, size, plan.packages, steps)
 
 
 def _already(current: Version, target: Version) -> bool:
@@ -175,7 +181,7 @@ def _same_hosts(live: LiveCluster, bp: Blueprint) -> None:
 
 def _steps(live: LiveCluster, bp: Blueprint, plan: UpgradePlan, nodes: tuple[str, ...]) -> list[Step]:
     ctl, target = bp.controller.host, plan.target
-    install = f"install Slurm {target} ({_source(bp)})"
+    install = f"install Slurm {target}"
     steps = [_backup(live, plan, ctl, bp.slurm.accounting), _timeouts("raise_timeouts", live, ctl, raised=True)]
     if bp.slurm.accounting:
         wait = "converts the database to the new release (it can take minutes; progress shown)"
@@ -198,12 +204,12 @@ def _steps(live: LiveCluster, bp: Blueprint, plan: UpgradePlan, nodes: tuple[str
     return steps
 
 
-def _source(bp: Blueprint) -> str:
+def _packages(bp: Blueprint) -> str:
     mode = bp.slurm.install_mode
     if mode == "build":
         host = bp.slurm.build.host or bp.controller.host
-        return f"packages built on {host} from SchedMD's source with {', '.join(bp.slurm.build.features)}"
-    return "the site's packages" if mode == "packages" else "the distribution's packages"
+        return f"built on {host} from SchedMD's source with {', '.join(bp.slurm.build.features)}"
+    return "the site's own (slurm.packages)" if mode == "packages" else "the distribution's"
 
 
 def _backup(live: LiveCluster, plan: UpgradePlan, ctl: str, accounting: bool) -> Step:
