@@ -66,7 +66,10 @@ def _tarball(tmp_path: Path) -> Path:
     return tarball
 
 
-def run_role(tmp_path: Path, tarball: Path, features: list[str]) -> tuple[subprocess.CompletedProcess[str], Any]:
+def run_role(
+    tmp_path: Path, tarball: Path, features: list[str], version: str = "24.11.99"
+) -> tuple[subprocess.CompletedProcess[str], Any]:
+    """One run of the role on this machine, building into tmp_path/cache; its process and the facts it set."""
     facts = tmp_path / "facts.json"
     facts.unlink(missing_ok=True)
     play = tmp_path / "play.yml"
@@ -76,7 +79,7 @@ def run_role(tmp_path: Path, tarball: Path, features: list[str]) -> tuple[subpro
         f'  post_tasks:\n    - ansible.builtin.copy: {{content: "{keep}", dest: {facts}, mode: "0644"}}\n'
     )
     extra = {
-        "slurm_build_version": "24.11.99",
+        "slurm_build_version": version,
         "slurm_build_features": features,
         "slurm_build_source": str(tarball),
         "slurm_build_cache_dir": str(tmp_path / "cache"),
