@@ -45,6 +45,7 @@ def main() -> None:
     if not (source_cache() / TARBALL).is_file():
         sys.exit(f"{source_cache() / TARBALL} is missing: run scripts/fetch-slurm-source.sh")
     features = args.features.split(",")
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="hpckit-bench-build-") as tmp:
         cold, first = timed_run(Path(tmp), features)
         cached, second = timed_run(Path(tmp), features)
@@ -57,7 +58,8 @@ def main() -> None:
         "| run | wall |\n| --- | --- |\n"
         f"| cold (unpack, dpkg-buildpackage -b, cache) | {cold:.0f} s |\n| cached | {cached:.1f} s |\n\n"
         f"Features: {', '.join(features)}; NVML plugin built: {first['nvml']}. {len(packages)} packages: "
-        f"{', '.join(packages)}. Load average at the end: {os.getloadavg()[0]:.1f}."
+        f"{', '.join(packages)}. Load average (1 min) at the start {load_before:.1f}, at the end "
+        f"{os.getloadavg()[0]:.1f}."
     )
     print(body)
     if not args.no_record:
