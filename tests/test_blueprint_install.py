@@ -10,6 +10,8 @@ import pytest
 
 from hpckit.blueprint import parse_blueprint
 from hpckit.blueprint.schema import blueprint_schema
+from hpckit.deploy.apply import installable
+from hpckit.errors import InputError
 from hpckit.slurm_releases import build_features
 from tests.test_blueprint import GOOD, problems
 
@@ -163,3 +165,10 @@ def test_an_expanded_blueprint_validates_again(version: str | None) -> None:
     text = slurm(f'  version: "{version}"\n') if version else GOOD
     expanded = parse_blueprint(text).model_dump(mode="json")
     assert parse_blueprint(json.dumps(expanded)).slurm.install_mode == parse_blueprint(text).slurm.install_mode
+
+
+def test_deploy_refuses_what_the_roles_cannot_install_yet() -> None:
+    installable(parse_blueprint(GOOD))
+    installable(parse_blueprint(slurm('  version: "22.05.8"\n')))
+    with pytest.raises(InputError, match=r"not yet supported: deploying with install: build \(Slurm 24\.11\.5\)"):
+        installable(parse_blueprint(slurm('  version: "24.11.5"\n')))
