@@ -30,6 +30,8 @@ DESTROYED = "destroyed.json"
 ACCESS = "access.json"
 BLUEPRINT = "blueprint.json"
 INVENTORY = "inventory.yml"
+VERSIONS = "versions.json"
+CONFIGS = "configs"
 
 
 def state_root() -> Path:
@@ -132,6 +134,23 @@ class ClusterDir:
             raise RecordError(f"no deployment recorded for cluster {self.cluster!r} (looked for {path})") from None
         except ValueError as exc:
             raise RecordError(f"deployment record {path} is unreadable: {exc}") from None
+
+    def slurm_version(self) -> str | None:
+        """The Slurm version the last good deploy found running (`sinfo --version`); None when the record
+        does not say (no record, or the controller did not answer then)."""
+        try:
+            found = json.loads((self.current / VERSIONS).read_text()).get("slurm")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return found if isinstance(found, str) and found[:1].isdigit() else None
+
+    def config(self, host: str, remote_path: str) -> str | None:
+        """A config file as the last good deploy fetched it from ``host`` (e.g. /etc/slurm/slurm.conf); None
+        when the record has no copy."""
+        try:
+            return (self.current / CONFIGS / host / remote_path.lstrip("/")).read_text()
+        except OSError:
+            return None
 
     def compute_hosts(self) -> dict[str, Any] | None:
         """The compute hosts of the last good deploy's inventory (name -> their inventory vars then); None

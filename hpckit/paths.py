@@ -1,12 +1,14 @@
 """Where hpckit's shipped assets (Ansible playbooks, sbatch templates, data files) live at run time.
 
 In a source checkout they sit at the top of the repository; in an installed wheel they are carried
-inside the package as ``hpckit._assets``. Callers never care which.
+inside the package as ``hpckit._assets``. Callers never care which. Also where this machine keeps hpckit's
+cache (sources to build from, built packages).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 from functools import cache
 from pathlib import Path
 
@@ -55,3 +57,14 @@ def blueprints_dir() -> Path:
 def schema_file() -> Path:
     """The blueprint JSON Schema, where the example blueprints' `$schema` comment points."""
     return blueprints_dir().parent / "hpckit-blueprint.schema.json"
+
+
+def cache_dir() -> Path:
+    """hpckit's cache on this machine (``$HPCKIT_CACHE``, else /var/cache/hpckit): downloaded sources, built
+    packages. scripts/fetch-slurm-source.sh fills it with the same rule."""
+    return Path(os.environ.get("HPCKIT_CACHE") or "/var/cache/hpckit")
+
+
+def source_cache() -> Path:
+    """Where release tarballs wait for a build (SchedMD's Slurm 24.11.5 among them, from scripts/install.sh)."""
+    return cache_dir() / "sources"

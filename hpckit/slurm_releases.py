@@ -137,6 +137,37 @@ def upgrade_path(current: str, target: str) -> list[str]:
     return []
 
 
+def version_text(value: object) -> str:
+    """A `slurm.version` as YAML gave it, as text: an unquoted 24.11 reads as a float, and 25.10 would lose
+    its 0, so a float is taken with its two decimals."""
+    return f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
+def buildable_from() -> Version:
+    """The oldest release `install: build` takes: the first whose tarball carries SchedMD's debian/ folder."""
+    return Version.parse(next(s for s, r in releases().items() if r.debian_packaging))
+
+
+def build_features() -> dict[str, str]:
+    """The optional parts of SchedMD's build a blueprint may ask for, each with what it brings."""
+    return {str(k): str(v) for k, v in _data()["build_features"].items()}
+
+
+def build_feature_needs() -> dict[str, list[str]]:
+    """The features that need another one to build (restd: json)."""
+    return {str(k): [str(n) for n in v] for k, v in (_data().get("build_feature_needs") or {}).items()}
+
+
+def build_features_always() -> list[str]:
+    """The features SchedMD's Debian packaging builds whatever the blueprint asks (slurmrestd and json)."""
+    return [str(f) for f in _data().get("build_features_always") or []]
+
+
+def supported_series() -> list[str]:
+    """The release series SchedMD still ships fixes for, oldest first."""
+    return [series for series, rel in releases().items() if rel.supported]
+
+
 # --- slurm.conf keys ---------------------------------------------------------------------------------
 
 Apply = Literal["reconfigure", "slurmd_restart", "slurmctld_restart", "unsupported"]

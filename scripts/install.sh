@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install everything hpckit and its tests need on a fresh Debian 12 machine (run as root):
-# Debian packages for the lab (Slurm, munge, MariaDB, sshd ...), then a virtualenv in .venv with hpckit.
+# Debian packages for the lab (Slurm, munge, MariaDB, sshd ...), SchedMD's Slurm source in hpckit's cache, then a
+# virtualenv in .venv with hpckit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
@@ -23,6 +24,12 @@ if ((${#missing[@]})); then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
   ((had_policy)) || rm -f "$policy"
+fi
+
+# SchedMD's Slurm source for `install: build` and the tests that read it; only those need it, so a failed
+# fetch warns and the install goes on.
+if ! scripts/fetch-slurm-source.sh; then
+  echo "warning: Slurm's source is not in hpckit's cache; building Slurm, and the tests that read its source, need it" >&2
 fi
 
 PY=${PYTHON:-python3}

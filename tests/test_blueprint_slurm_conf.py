@@ -10,15 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from hpckit.blueprint import parse_blueprint
 from hpckit.blueprint.checks import cross_checks
 from hpckit.blueprint.refs import resolve_vars
 from hpckit.blueprint.source import load_located
 from hpckit.deploy.release_vars import blueprint_blocks, release_extravars
 from hpckit.deploy.topology import block_topology_conf
-from hpckit.slurm_releases import Version
 from tests.test_blueprint import GOOD, problems
 
 # tests/test_blueprint.py's blueprint with eight GPU nodes (the same lines, so the same line numbers).
@@ -79,7 +76,9 @@ def test_keys_and_plugins_follow_the_blueprint_s_release() -> None:
     ]
     newest = HEAD + 'slurm:\n  version: "25.11"\n  conf:\n    JobContainerType: job_container/tmpfs\n'
     assert "renamed NamespaceType in Slurm 25.11; write NamespaceType" in checked(newest)[0]
-    assert checked(HEAD + "slurm:\n  version: 24.11\n  conf:\n    DataParserParameters: v0.0.42\n") == []
+    # An unquoted series reads as a float; the site's own packages need no exact release.
+    site = "  install: packages\n  packages: ['deb http://repo.invalid/slurm bookworm main']\n"
+    assert checked(HEAD + f"slurm:\n  version: 24.11\n{site}  conf:\n    DataParserParameters: v0.0.42\n") == []
 
 
 def test_validate_exits_non_zero_naming_the_line(tmp_path: Path) -> None:
@@ -107,7 +106,7 @@ def test_block_topology_is_refused_before_23_11() -> None:
         "(set slurm.version to a release that has it)"
     ]
     assert "is new in Slurm 23.11" in checked(block("{type: block, block_size: 4}", "23.02"))[0]
-    assert checked(block("{type: block, block_size: 4}", "23.11")) == []
+    assert checked(block("{type: block, block_size: 4}", "23.11.10")) == []
 
 
 def test_block_sizes_follow_slurm_s_rules() -> None:
@@ -118,14 +117,14 @@ def test_block_sizes_follow_slurm_s_rules() -> None:
         "slurm.topology.sizes[2]",
     ]
     assert "power-of-two multiple of the base size 2" in got[0]
-    on_2311 = checked(block("{type: block, block_size: 2, sizes: [2, 4]}", "23.11"))
+    on_2311 = checked(block("{type: block, block_size: 2, sizes: [2, 4]}", "23.11.10"))
     assert "BlockSizes is new in Slurm 24.05" in on_2311[0]
 
 
 def test_blocks_smaller_than_the_base_size_need_25_05() -> None:
     uneven = "{type: block, block_size: 3}"  # 8 nodes: blocks of 3, 3 and 2
     assert "block 'block003' has 2 nodes, fewer than the base block size 3" in checked(block(uneven))[0]
-    assert checked(block(uneven, "25.05")) == []
+    assert checked(block(uneven, "25.05.1")) == []
 
 
 def test_named_blocks_are_checked_against_the_nodes() -> None:
@@ -133,7 +132,7 @@ def test_named_blocks_are_checked_against_the_nodes() -> None:
         "{type: block, blocks: [{name: nvl1, nodes: 'gb[01-04]'}, {name: nvl2, nodes: 'gb[04-07]'},"
         " {name: nvl1, nodes: 'gb[08-09]'}]}"
     )
-    got = " | ".join(checked(block(named, "25.05")))
+    got = " | ".join(checked(block(named, "25.05.1")))
     assert "slurm.topology.blocks[1].nodes: node 'gb04' is also in block 'nvl1'" in got
     assert "slurm.topology.blocks[2].name: block 'nvl1' is already declared" in got
     assert "slurm.topology.blocks[2].nodes: 'gb09' is not a compute node of this blueprint" in got
@@ -146,11 +145,9 @@ def test_named_blocks_are_checked_against_the_nodes() -> None:
     assert "needs its blocks" in checked(block("{type: block}"))[0]
 
 
-def test_block_topology_renders_topology_conf(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The model has no slurm.version yet (the lifecycle work adds it): the default release stands in.
-    text = block("{type: block, block_size: 4, sizes: [4, 8]}", version=None)
-    monkeypatch.setattr("hpckit.blueprint.release.default_series", lambda: Version.parse("24.11"))
-    bp = parse_blueprint(text, "bp.yaml")
+def test_block_topology_renders_topology_conf() -> None:
+    bp = parse_blueprint(block("{type: block, block_size: 4, sizes: [4, 8]}"), "bp.yaml")
+    assert bp.slurm.version == "24.11.5"
     assert blueprint_blocks(bp) == [
         ("block001", [f"gb0{i}" for i in range(1, 5)]),
         ("block002", [f"gb0{i}" for i in range(5, 9)]),

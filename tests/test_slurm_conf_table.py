@@ -5,10 +5,8 @@ only keys and plugins that release reads (checked against SchedMD's 24.11.5 sour
 from __future__ import annotations
 
 import io
-import os
 import re
 import tarfile
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +17,7 @@ from hpckit.deploy.changes import Action, key_action, plan_changes, slurm_conf_c
 from hpckit.deploy.events import ConfigDiff
 from hpckit.deploy.playvars import build_vars
 from hpckit.deploy.release_vars import slurm_conf_for_release
+from hpckit.paths import source_cache
 from hpckit.slurm_releases import (
     APPLY_ORDER,
     Version,
@@ -221,17 +220,15 @@ def test_the_template_leaves_out_what_the_release_does_not_read() -> None:
     assert "JobCompType" not in [k for k, _ in _rendered("24.11", slurm_common_skip_keys=skip)]
 
 
-# --- against SchedMD's own 24.11.5 source, where the build cache holds it ------------------------------
+# --- against SchedMD's own 24.11.5 source, in hpckit's source cache (scripts/fetch-slurm-source.sh) ---------
 
 TARBALL = "slurm-wlm_24.11.5.orig.tar.gz"
 
 
 def _source(member: str) -> str:
-    roots = [Path(os.environ["HPCKIT_CACHE"]) / "sources"] if os.environ.get("HPCKIT_CACHE") else []
-    roots.append(Path("/var/cache/hpckit/sources"))
-    tarball = next((r / TARBALL for r in roots if (r / TARBALL).is_file()), None)
-    if tarball is None:
-        pytest.skip(f"{TARBALL} is not in hpckit's source cache (scripts/install.sh fills it)")
+    tarball = source_cache() / TARBALL
+    if not tarball.is_file():
+        pytest.fail(f"{tarball} is missing: run scripts/fetch-slurm-source.sh (scripts/install.sh runs it)")
     with tarfile.open(tarball) as tar:
         handle = tar.extractfile(f"slurm-slurm-24-11-5-1/{member}")
         assert handle is not None

@@ -12,6 +12,7 @@ from typing import Any
 
 from hpckit.blueprint.blocks import topology_problems
 from hpckit.blueprint.errors import Path_, Problem
+from hpckit.blueprint.install import install_problems
 from hpckit.blueprint.models import expand_hosts
 from hpckit.blueprint.release import raw_slurm_release
 from hpckit.blueprint.source import Located
@@ -56,6 +57,8 @@ class _Checker:
         self._filesystems(compute)
         self._addresses_unique()
         self._slurm_conf()
+        for path, message in install_problems(self.data, self.declared_hosts(compute)):
+            self.add(path, message)
         return self.problems
 
     def _partitions(self) -> dict[str, Path_]:

@@ -12,11 +12,21 @@ from functools import cached_property
 from typing import Annotated, Literal
 
 import hostlist
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from hpckit.cron import parse_cron
 from hpckit.errors import InputError
 from hpckit.hardware import hardware_table
+from hpckit.slurm_releases import ReleaseError, Version, build_features, default_series, release, version_text
 
 NAME_RE = r"^[A-Za-z][A-Za-z0-9_-]{0,62}$"
 HOST_RE = r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$"
@@ -320,7 +330,88 @@ class BlockTopology(Strict):
     )
 
 
+def _slurm_version(value: str) -> str:
+    try:
+        release(value)
+    except ReleaseError as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
+def _build_feature(value: str) -> str:
+    known = build_features()
+    if value not in known:
+        raise ValueError(f"unknown build feature {value!r}; known: {', '.join(known)}")
+    return value
+
+
+SlurmVersion = Annotated[
+    str,
+    BeforeValidator(lambda v: version_text(v) if isinstance(v, float) else v),
+    AfterValidator(_slurm_version),
+    WithJsonSchema({"type": "string", "pattern": r"^\d{2}\.\d{2}(\.\d+)?$"}),
+]
+BuildFeature = Annotated[
+    str, AfterValidator(_build_feature), WithJsonSchema({"type": "string", "enum": list(build_features())})
+]
+
+
+def _site_package(value: str) -> str:
+    if not (value.endswith(".deb") or re.match(r"^deb\s+\S+\s+\S+", value)):
+        raise ValueError(f"{value!r} is neither a .deb (path or URL) nor an apt source line ('deb URL SUITE ...')")
+    return value
+
+
+SitePackage = Annotated[str, AfterValidator(_site_package)]
+SHA256 = Annotated[str, Field(pattern=r"^[0-9a-fA-F]{64}$", description="SHA256 of the file, 64 hex digits")]
+
+
+class SlurmBuild(Strict):
+    """How `install: build` builds SchedMD's release: where, and with which optional parts."""
+
+    host: Hostname | None = Field(None, description="the declared host that builds (default: the controller)")
+    features: list[BuildFeature] = Field(
+        default_factory=lambda: list(build_features()),
+        description="optional parts to build (default: all; nvml where NVIDIA's headers are on the build host)",
+    )
+
+
+InstallMode = Literal["distro", "build", "packages"]
+
+
+def install_mode(install: str | None, version: str | None) -> str:
+    """The way Slurm gets onto the hosts: as given, else the distribution's packages when the blueprint
+    names no release or the distribution's own, else a build of the named release."""
+    if install is not None:
+        return install
+    if version is None or Version.parse(version).series == default_series().series:
+        return "distro"
+    return "build"
+
+
 class SlurmSettings(Strict):
+    version: SlurmVersion | None = Field(
+        None,
+        description='the Slurm release, quoted: "24.11.5" (default: the distribution\'s, Debian 12: 22.05)',
+    )
+    install: InstallMode | None = Field(
+        None,
+        description="distro: the distribution's packages; build: SchedMD's source built on slurm.build.host; "
+        "packages: the site's own (slurm.packages). Default: distro without a version or with the "
+        "distribution's, build otherwise",
+    )
+    source: str | None = Field(
+        None,
+        description="install: build: URL or absolute local path of SchedMD's release tarball (default: hpckit's "
+        "source cache)",
+    )
+    source_sha256: SHA256 | None = Field(None, description="SHA256 the source tarball must have")
+    build: SlurmBuild = SlurmBuild()
+    packages: list[SitePackage] = Field(
+        default_factory=list,
+        description="install: packages: the site's Slurm .debs (paths or URLs), or its apt source line "
+        "('deb URL SUITE COMPONENT')",
+    )
     topology: BlockTopology | None = Field(None, description="network topology Slurm schedules by (block)")
     cluster_name: Name | None = Field(None, description="ClusterName (default: the blueprint's name)")
     accounting: bool = True
@@ -335,6 +426,11 @@ class SlurmSettings(Strict):
             if not re.match(r"^[A-Za-z][A-Za-z0-9]*$", key):
                 raise ValueError(f"{key!r} is not a slurm.conf parameter name")
         return value
+
+    @property
+    def install_mode(self) -> str:
+        """distro, build or packages: `install:`, or what its absence means for this version."""
+        return install_mode(self.install, self.version)
 
 
 class NfsFilesystem(Strict):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from hpckit.blueprint.models import Blueprint
-from hpckit.slurm_releases import ReleaseError, Version, default_series
+from hpckit.slurm_releases import ReleaseError, Version, default_series, version_text
 
 __all__ = ["raw_slurm_release", "slurm_release_of"]
 
@@ -28,9 +28,7 @@ def raw_slurm_release(data: Any) -> Version | None:
     version = slurm.get("version") if isinstance(slurm, dict) else None
     if version is None:
         return default_series()
-    # An unquoted 24.11 reads as a float; 25.10 would lose its 0, so a float is taken as written.
-    text = f"{version:.2f}" if isinstance(version, float) else str(version)
     try:
-        return Version.parse(text)
+        return Version.parse(version_text(version))
     except ReleaseError:
         return None

@@ -24,6 +24,7 @@ HOMES = {
     "plan": "deploy",
     "destroy": "deploy",
     "expand": "deploy",
+    "upgrade": "deploy",
     "results": "results",
     "templates": "jobs",
     "render": "jobs",

@@ -1,4 +1,4 @@
-"""`hpckit deploy`, `hpckit plan`, `hpckit destroy`."""
+"""`hpckit deploy`, `hpckit plan`, `hpckit destroy`, `hpckit expand`, `hpckit upgrade`."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from hpckit.deploy.changes import overall, plan_changes
 from hpckit.deploy.events import ConfigDiff, Tracker
 from hpckit.deploy.progress import Progress, tally_table
 from hpckit.deploy.record import mark_destroyed
+from hpckit.deploy.upgrade import DEFAULT_BATCH, live_cluster, plan_upgrade
 from hpckit.errors import InputError
 from hpckit.lab.provider import lab_down
 
@@ -200,4 +201,35 @@ def expand_cmd(
     click.echo(f"{len(done.files)} configs; what each assumes is in {output}/files.yml")
 
 
-COMMANDS = [deploy_cmd, plan_cmd, destroy_cmd, expand_cmd]
+@click.command("upgrade")
+@blueprint_arg
+@site_option
+@click.option("--dry-run", is_flag=True, help="print the plan and change nothing")
+@click.option(
+    "--batch",
+    default=DEFAULT_BATCH,
+    show_default=True,
+    help="nodes whose slurmd restarts at once: a count (4) or a share of the nodes (25%)",
+)
+@click.option("--json", "as_json", is_flag=True, help="print the plan as JSON")
+def upgrade_cmd(blueprint: Path, site_files: tuple[Path, ...], dry_run: bool, batch: str, as_json: bool) -> None:
+    """Upgrade the deployed cluster's Slurm, rolling, to the blueprint's slurm.version: SchedMD's order
+    (backups, slurmdbd, slurmctld, slurmd in batches, clients, SPANK plugins), running jobs kept. Refused,
+    before anything is touched, where Slurm does not support the jump."""
+    bp = _load(blueprint, site_files)
+    live = live_cluster(bp.cluster_name)
+    plan = plan_upgrade(live, bp, batch)
+    if as_json:
+        click.echo(json.dumps({**plan.as_dict(), "version_seen": live.version_seen}))
+    else:
+        if not live.version_seen:
+            click.echo(f"note: the record does not say which Slurm runs; its blueprint's {live.version} stands in")
+        click.echo("\n".join(plan.lines()))
+    if plan.steps and not dry_run:
+        raise InputError(
+            "not yet supported: hpckit upgrade only plans for now; run it with --dry-run (the plan above is the "
+            "order it will follow)"
+        )
+
+
+COMMANDS = [deploy_cmd, plan_cmd, destroy_cmd, expand_cmd, upgrade_cmd]

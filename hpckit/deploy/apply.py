@@ -12,7 +12,7 @@ from typing import Any
 
 from hpckit import __version__
 from hpckit.blueprint.models import Blueprint
-from hpckit.clusters import BLUEPRINT, INVENTORY, ClusterAccess, ClusterDir
+from hpckit.clusters import BLUEPRINT, INVENTORY, VERSIONS, ClusterAccess, ClusterDir
 from hpckit.deploy.events import Tracker
 from hpckit.deploy.inventory import host_entries
 from hpckit.deploy.join import SLURMD_LOG, JoinReport, wait_for_join
@@ -20,7 +20,7 @@ from hpckit.deploy.playvars import build_vars
 from hpckit.deploy.record import RECORDED_CONFIGS, DeploymentRecord, retired_hosts, run_info
 from hpckit.deploy.runner import PlaybookRun, RunOutcome, ansible_version, run_playbook
 from hpckit.deploy.targets import Target, prepare_target
-from hpckit.errors import HpckitError
+from hpckit.errors import HpckitError, InputError
 from hpckit.proc import Transport
 from hpckit.slurm.client import SlurmClient
 
@@ -53,7 +53,20 @@ def _timed(timings: dict[str, float], name: str, start: float) -> None:
     timings[name] = round(time.monotonic() - start, 3)
 
 
+def installable(bp: Blueprint) -> None:
+    """InputError, before any host is touched, for a Slurm the roles cannot install yet: they install the
+    distribution's packages only, and a cluster of those with a slurm.conf written for another release would
+    not start."""
+    mode = bp.slurm.install_mode
+    if mode != "distro":
+        raise InputError(
+            f"not yet supported: deploying with install: {mode} (Slurm {bp.slurm.version}); the roles install "
+            "the distribution's Slurm only for now: leave slurm.version out, or use install: distro"
+        )
+
+
 def deploy(bp: Blueprint, tracker: Tracker, sink: EventSink, opts: DeployOptions | None = None) -> DeployResult:
+    installable(bp)
     opts = opts or DeployOptions()
     timings: dict[str, float] = {}
     t0 = time.monotonic()
@@ -193,7 +206,7 @@ def _slurm_version(controller: Transport) -> str:
 def _finish_record(bp: Blueprint, target: Target, result: DeployResult) -> None:
     rec, tracker = result.record, result.tracker
     rec.write_json(
-        "versions.json",
+        VERSIONS,
         {"hpckit": __version__, "ansible-core": ansible_version(), "slurm": result.slurm_version},
     )
     rec.write_json(

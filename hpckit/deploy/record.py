@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from hpckit.clusters import ACCESS, ClusterAccess, ClusterDir
+from hpckit.clusters import ACCESS, CONFIGS, ClusterAccess, ClusterDir
 
 # Rendered files fetched from the cluster into the record; each is free of secrets by construction.
 RECORDED_CONFIGS = ("/etc/slurm/slurm.conf", "/etc/slurm/gres.conf", "/etc/slurm/cgroup.conf")
@@ -45,7 +45,7 @@ class DeploymentRecord:
         (self.path / name).write_text(json.dumps(data, indent=2, default=str) + "\n")
 
     def write_config(self, host: str, remote_path: str, text: str) -> None:
-        target = self.path / "configs" / host / remote_path.lstrip("/")
+        target = self.path / CONFIGS / host / remote_path.lstrip("/")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
 
