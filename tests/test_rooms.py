@@ -176,3 +176,39 @@ def test_the_walk_sees_the_cycle_this_test_exists_for(tmp_path: Path) -> None:
         (tmp_path / room).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / room).write_text(text)
     assert cycles(room_imports(tmp_path)) == [["deploy", "slurm"]]
+
+
+def _long_functions(paths: list[Path], limit: int) -> list[str]:
+    found = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > limit:
+                    found.append(f"{path}:{node.lineno}: {node.name} is {length} lines")
+    return found
+
+
+def test_no_function_over_60_lines(repo: Path) -> None:
+    """The house style, held for the package, the playbooks' plugins and the benchmarks."""
+    paths = [*PACKAGE.rglob("*.py"), *(repo / "ansible").rglob("*.py"), *(repo / "benchmarks").rglob("*.py")]
+    assert len(paths) > 100
+    assert _long_functions(paths, 60) == []
+
+
+def test_the_length_check_sees_a_long_function(tmp_path: Path) -> None:
+    body = "".join(f"    x{i} = {i}\n" for i in range(60))
+    (tmp_path / "long.py").write_text(f"def long() -> None:\n{body}")
+    assert _long_functions([tmp_path / "long.py"], 60) == [f"{tmp_path / 'long.py'}:1: long is 61 lines"]
+
+
+def test_subprocess_is_imported_in_the_process_room_only() -> None:
+    """Every program hpckit runs goes through hpckit.proc (one result type, one timeout rule)."""
+    importers = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            module = node.module if isinstance(node, ast.ImportFrom) else None
+            if "subprocess" in names or module == "subprocess":
+                importers.append(str(path.relative_to(PACKAGE)))
+    assert importers == ["proc/__init__.py"]
