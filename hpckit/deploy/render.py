@@ -53,9 +53,13 @@ CONFIGS: tuple[Config, ...] = (
         "cluster",
         assumes="TopologyPlugin only when a fabric dump was given (the infiniband role reads the fabric)",
     ),
-    Config("slurm_compute", "cgroup.conf.j2", "{{ slurm_conf_dir }}/cgroup.conf", "compute", when="not slurm_configless"),
+    Config(
+        "slurm_compute", "cgroup.conf.j2", "{{ slurm_conf_dir }}/cgroup.conf", "compute", when="not slurm_configless"
+    ),
     # Configless: slurmctld serves it to the nodes (site.yml writes it with slurm_compute's served tasks).
-    Config("slurm_compute", "cgroup.conf.j2", "{{ slurm_conf_dir }}/cgroup.conf", "controller", when="slurm_configless"),
+    Config(
+        "slurm_compute", "cgroup.conf.j2", "{{ slurm_conf_dir }}/cgroup.conf", "controller", when="slurm_configless"
+    ),
     Config(
         "slurm_compute", "gres.conf.j2", "{{ slurm_conf_dir }}/gres.conf", "compute", when="slurm_compute_writes_gres"
     ),
