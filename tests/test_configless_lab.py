@@ -1,6 +1,7 @@
 """Slurm's configless mode on a small lab (controller, login, node[1-2], no GPUs): the compute nodes hold no
 slurm.conf, cgroup.conf or gres.conf (slurmd fetches them from slurmctld), jobs run across both nodes from the
-login node, slurmctld runs with enable_configless, and a second deploy changes nothing.
+login node, slurmctld runs with enable_configless, a second deploy changes nothing, and `plan` shows a slurm.conf
+change on the controller and the login node only.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.labutil import Cluster, lab_blueprint, needs_lab
+from tests.labutil import Cluster, hpckit, lab_blueprint, needs_lab
 
 pytestmark = [pytest.mark.lab, needs_lab()]
 NAME, NET, BRIDGE = "hqcl", "10.77.126", "hqcl0"
@@ -72,3 +73,14 @@ def test_a_second_deploy_changes_nothing(lab: tuple[Cluster, Any]) -> None:
     assert isinstance(hosts, dict)
     changed = {h: s["changed"] for h, s in hosts.items() if s["changed"]}
     assert not changed, changed
+
+
+def test_plan_shows_slurm_conf_on_the_controller_and_login_only(lab: tuple[Cluster, Any]) -> None:
+    cluster, _ = lab
+    edited = cluster.blueprint.with_name("edited.yaml")
+    edited.write_text(cluster.blueprint.read_text().replace("batch_sched_delay=0", "batch_sched_delay=1"))
+    plan = hpckit("plan", str(edited), "--json", state=cluster.state)
+    assert plan.rc == 0, plan.stdout + plan.stderr
+    diffs = plan.json()["diffs"]
+    assert isinstance(diffs, list)
+    assert sorted(d["host"] for d in diffs if d["path"] == "/etc/slurm/slurm.conf") == ["ctl", "login"], diffs
