@@ -349,7 +349,8 @@ def test_gres_conf_is_left_to_the_nvidia_role_on_gpu_nodes() -> None:
     derived = _yaml(ROLES / "slurm_compute" / "vars" / "main.yml")
     inspect = next(_tasks(ROLES / "slurm_compute" / "tasks" / "main.yml"))["hpckit_inspect"]
     assert inspect["paths"]["gres"]["managed"] == "{{ slurm_compute_writes_gres }}"
-    assert "managed" not in inspect["paths"]["cgroup"]
+    # Configless: slurmctld serves cgroup.conf, and the node holds none of its own.
+    assert inspect["paths"]["cgroup"]["managed"] == "{{ not slurm_configless | bool }}"
     assert "hpckit_gpu_count" in derived["slurm_compute_writes_gres"]
     assert "nvidia_gres_result" in derived["slurm_compute_earlier_changes"]
 

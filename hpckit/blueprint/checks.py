@@ -57,6 +57,7 @@ class _Checker:
         self._filesystems(compute)
         self._addresses_unique()
         self._slurm_conf()
+        self._configless()
         for path, message in install_problems(self.data, self.declared_hosts(compute)):
             self.add(path, message)
         return self.problems
@@ -172,6 +173,22 @@ class _Checker:
             self._conf_entry(str(key), value, release)
         for path, message in topology_problems(self.data, release):
             self.add(path, message)
+
+    def _configless(self) -> None:
+        """Configless mode with GPU nodes: slurmctld serves one gres.conf to every node, while hpckit writes a
+        gres.conf per node (its own devices, NVML, sockets), so it has no file to serve yet."""
+        slurm = self.data.get("slurm")
+        if not isinstance(slurm, dict) or slurm.get("configless") is not True:
+            return
+        for i, part in _items(self.data, "partitions"):
+            hardware = part.get("hardware")
+            gpus = hardware.get("gpus") if isinstance(hardware, dict) else None
+            if isinstance(gpus, dict) and str(gpus.get("count", 0)) not in ("0", ""):
+                self.add(
+                    ("partitions", i, "hardware", "gpus"),
+                    "slurm.configless: true is for nodes without GPUs for now (slurmctld would serve one "
+                    "gres.conf to all nodes, and hpckit writes gres.conf per node); drop configless or the GPUs",
+                )
 
     def _conf_entry(self, key: str, value: Any, release: Version) -> None:
         path: Path_ = ("slurm", "conf", key)

@@ -415,6 +415,11 @@ class SlurmSettings(Strict):
     topology: BlockTopology | None = Field(None, description="network topology Slurm schedules by (block)")
     cluster_name: Name | None = Field(None, description="ClusterName (default: the blueprint's name)")
     accounting: bool = True
+    configless: bool = Field(
+        False,
+        description="Slurm's configless mode: slurmd on the compute nodes fetches slurm.conf, cgroup.conf and "
+        "gres.conf from slurmctld (--conf-server) and the nodes hold no copy of their own",
+    )
     conf: dict[str, str | int | bool] = Field(
         default_factory=dict, description="slurm.conf overrides, KEY: value, applied last"
     )

@@ -53,7 +53,13 @@ CONFIGS: tuple[Config, ...] = (
         "cluster",
         assumes="TopologyPlugin only when a fabric dump was given (the infiniband role reads the fabric)",
     ),
-    Config("slurm_compute", "cgroup.conf.j2", "{{ slurm_conf_dir }}/cgroup.conf", "compute"),
+    Config(
+        "slurm_compute", "cgroup.conf.j2", "{{ slurm_conf_dir }}/cgroup.conf", "compute", when="not slurm_configless"
+    ),
+    # Configless: slurmctld serves it to the nodes (site.yml writes it with slurm_compute's served tasks).
+    Config(
+        "slurm_compute", "cgroup.conf.j2", "{{ slurm_conf_dir }}/cgroup.conf", "controller", when="slurm_configless"
+    ),
     Config(
         "slurm_compute", "gres.conf.j2", "{{ slurm_conf_dir }}/gres.conf", "compute", when="slurm_compute_writes_gres"
     ),
@@ -305,7 +311,7 @@ def render_all(
         out.append(topology_file(inv, extravars, topology))
     renderer = _Renderer(inv, extravars, {"slurm_topology_plugin": plugin} if topology else {})
     if classes:
-        every = _slurm_hosts(inv)
+        every = _conf_hosts(inv, bool(extravars.get("slurm_configless")))
         cluster = HostClass(hostlist.collect_hostlist(every), "all", tuple(every), "cluster")
         out += [r for c in CONFIGS if c.scope == "cluster" for r in renderer.one(c, cluster, classes[0].hosts[0])]
     dbd = set(inv.groups.get("slurm_dbd", []))
@@ -351,6 +357,17 @@ class _Renderer:
 def _slurm_hosts(inv: Inventory) -> list[str]:
     groups = ("slurm_controller", "slurm_dbd", "slurm_compute", "slurm_login")
     return list(dict.fromkeys(h for name in groups for h in inv.groups.get(name, [])))
+
+
+def _conf_hosts(inv: Inventory, configless: bool) -> list[str]:
+    """The hosts that hold slurm.conf: every Slurm host, but in configless mode not the nodes that are only
+    compute nodes (their slurmd fetches it from slurmctld; slurm_common's slurm_common_holds_conf)."""
+    every = _slurm_hosts(inv)
+    if not configless:
+        return every
+    keep = {h for name in ("slurm_controller", "slurm_dbd", "slurm_login") for h in inv.groups.get(name, [])}
+    compute = set(inv.groups.get("slurm_compute", []))
+    return [h for h in every if h in keep or h not in compute]
 
 
 # --- topology.conf: the infiniband role's own filter ------------------------------------------------------------
