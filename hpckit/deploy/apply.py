@@ -74,7 +74,7 @@ def deploy(bp: Blueprint, tracker: Tracker, sink: EventSink, opts: DeployOptions
     _timed(timings, "target", t0)
     retired = {} if target.lab else retired_hosts(bp, opts.record_root)
     record = DeploymentRecord.create(bp.cluster_name, opts.record_root)
-    inventory, extravars = _playbook_vars(bp, target)
+    inventory, extravars = playbook_vars(bp, target)
     inventory["all"]["children"]["slurm_retired"]["hosts"] = retired
     tracker.tolerate(retired)
     expanded = bp.model_dump(mode="json")
@@ -108,7 +108,7 @@ class PlanResult:
 def plan(bp: Blueprint, tracker: Tracker, sink: EventSink) -> PlanResult:
     """A check + diff run: what deploy would change, file by file, changing nothing."""
     target = prepare_target(bp, bring_up_lab=False)
-    inventory, extravars = _playbook_vars(bp, target)
+    inventory, extravars = playbook_vars(bp, target)
     hosts = [e.name for e in host_entries(bp)]
     new = target.not_started
     if set(hosts) <= set(new):
@@ -124,7 +124,7 @@ def plan(bp: Blueprint, tracker: Tracker, sink: EventSink) -> PlanResult:
     return PlanResult(outcome, new)
 
 
-def _playbook_vars(bp: Blueprint, target: Target) -> tuple[dict[str, Any], dict[str, Any]]:
+def playbook_vars(bp: Blueprint, target: Target) -> tuple[dict[str, Any], dict[str, Any]]:
     """The blueprint's inventory and extravars, plus what depends on the machine that deploys."""
     inventory, extravars = build_vars(bp, target.access)
     extravars.update(target.runtime_extravars())
