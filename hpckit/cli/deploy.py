@@ -261,13 +261,13 @@ def _confirm_upgrade(plan: UpgradePlan, yes: bool) -> None:
 
 def _print_upgrade(console: Console, result: UpgradeResult) -> None:
     console.print(tally_table(result.tracker, f"upgrade {result.outcome.status}"))
-    for line in failure_lines(result.tracker, result.outcome):
-        console.print(line, highlight=False, markup=False)
+    lines = failure_lines(result.tracker, result.outcome)
     if result.ok:
-        console.print(f"Slurm {result.slurm_version} on every host", highlight=False)
-    for path in result.backups:
-        console.print(f"backup on the controller: {path}", highlight=False)
-    console.print(f"record: {result.record.path}", highlight=False)
+        lines.append(f"Slurm {result.slurm_version} on every host")
+    lines.extend(f"backup on the controller: {path}" for path in result.backups)
+    lines.append(f"record: {result.record.path}")
+    for line in lines:  # whole: a path or a task's output cut at the terminal's width would mislead
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 COMMANDS = [deploy_cmd, plan_cmd, destroy_cmd, expand_cmd, upgrade_cmd]

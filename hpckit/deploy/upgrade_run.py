@@ -118,9 +118,10 @@ def run_upgrade(
     live: LiveCluster,
     tracker: Tracker,
     sink: EventSink,
-    runner: Runner = run_playbook,
+    runner: Runner | None = None,
 ) -> UpgradeResult:
-    """Run upgrade.yml for ``plan`` (one that has steps); the record becomes current only when it succeeded."""
+    """Run upgrade.yml for ``plan`` (one that has steps) with ``runner`` (run_playbook unless given); the record
+    becomes current only when it succeeded."""
     target = prepare_target(bp, bring_up_lab=False)
     if target.not_started:
         raise HpckitError(
@@ -139,7 +140,7 @@ def run_upgrade(
     watch = _Watch(sink)
     started = time.monotonic()
     run = PlaybookRun(playbook=UPGRADE_PLAYBOOK, fact_cache=record.cluster_dir.facts)
-    outcome = runner(inventory, extravars, run, watch, record.events_file)
+    outcome = (runner or run_playbook)(inventory, extravars, run, watch, record.events_file)
     result = UpgradeResult(tracker, outcome, record, watch.backups, watch.version or str(plan.target))
     _finish_record(plan, live, result, round(time.monotonic() - started, 3))
     return result
@@ -167,7 +168,8 @@ def _finish_record(plan: UpgradePlan, live: LiveCluster, result: UpgradeResult, 
     if not result.ok:
         return
     before = ClusterDir.of(live.cluster).current
-    shutil.copy2(before / ACCESS, rec.path / ACCESS)
+    if (before / ACCESS).is_file():
+        shutil.copy2(before / ACCESS, rec.path / ACCESS)
     if (before / CONFIGS).is_dir():
         shutil.copytree(before / CONFIGS, rec.path / CONFIGS, dirs_exist_ok=True)
     rec.write_json(VERSIONS, {"hpckit": __version__, "ansible-core": ansible_version(), "slurm": result.slurm_version})
