@@ -62,7 +62,6 @@ def test_the_variables_follow_the_plan() -> None:
     extravars = upgrade_extravars(plan, now, blueprint("25.05.3"))
     assert extravars == {
         "slurm_upgrade_version": "25.05.3",
-        "slurm_upgrade_install": "build",
         "slurm_upgrade_batch": 1,
         "slurm_upgrade_timeouts": {"SlurmctldTimeout": 120, "SlurmdTimeout": 7200},
         # a longer timeout than the upgrade's is kept
@@ -103,7 +102,7 @@ def test_the_plays_come_in_the_plan_s_order() -> None:
         "verify",
     }
     steps = [play["vars"]["slurm_upgrade_step"] for play in _plays()]
-    assert steps == ["survey", *kinds]
+    assert steps == ["survey", "build", *kinds]  # install: build's packages exist before anything changes
 
 
 def test_every_play_stops_the_run_at_the_first_failure() -> None:
@@ -232,13 +231,14 @@ def _verified(version: str) -> list[dict[str, Any]]:
 def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("HPCKIT_STATE", str(tmp_path / "state"))
     rec = DeploymentRecord.create("up")
-    rec.write_json("blueprint.json", blueprint("24.11.5").model_dump(mode="json"))
-    rec.write_json("versions.json", {"hpckit": "0", "slurm": "24.11.5"})
+    rec.write_json("blueprint.json", blueprint("22.05.7").model_dump(mode="json"))
+    rec.write_json("versions.json", {"hpckit": "0", "slurm": "22.05.7"})
     rec.write_json("access.json", {"cluster": "up"})
     rec.write_config("ctl", "/etc/slurm/slurm.conf", "SlurmdTimeout=300\n")
     rec.mark_current()
     target = tmp_path / "up.yaml"
-    target.write_text(blueprint("24.11.6").model_dump_json())  # JSON is YAML
+    # A micro release of the distribution's series: what the roles install on every branch of hpckit.
+    target.write_text(blueprint("22.05.8").model_dump_json())  # JSON is YAML
     return target
 
 
@@ -248,18 +248,18 @@ def _upgrade(monkeypatch: pytest.MonkeyPatch, runner: FakeRunner, *args: str) ->
 
 
 def test_a_successful_upgrade_moves_the_record_to_the_new_release(state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    runner = FakeRunner(_verified("24.11.6"))
+    runner = FakeRunner(_verified("22.05.8"))
     done = _upgrade(monkeypatch, runner, str(state), "--yes", "--batch", "25%", "-q")
     assert done.exit_code == 0, done.output
     [(extravars, run)] = runner.calls
     assert run.playbook == "upgrade.yml" and extravars["slurm_upgrade_batch"] == 2
-    assert extravars["slurm_upgrade_version"] == "24.11.6" and "hpckit_cluster_name" in extravars
-    assert "Slurm 24.11.6 on every host" in done.output
+    assert extravars["slurm_upgrade_version"] == "22.05.8" and "hpckit_cluster_name" in extravars
+    assert "Slurm 22.05.8 on every host" in done.output
     assert "backup on the controller: /var/backups/hpckit/x/slurm_acct_db.sql" in done.output
     current = ClusterDir.of("up").current
-    assert json.loads((current / "versions.json").read_text())["slurm"] == "24.11.6"
+    assert json.loads((current / "versions.json").read_text())["slurm"] == "22.05.8"
     upgrade = json.loads((current / "upgrade.json").read_text())
-    assert upgrade["backups"] == ["/var/backups/hpckit/x/slurm_acct_db.sql"] and upgrade["to"] == "24.11.6"
+    assert upgrade["backups"] == ["/var/backups/hpckit/x/slurm_acct_db.sql"] and upgrade["to"] == "22.05.8"
     assert (current / "configs" / "ctl" / "etc" / "slurm" / "slurm.conf").read_text() == "SlurmdTimeout=300\n"
     assert (current / "access.json").is_file()
     again = _upgrade(monkeypatch, FakeRunner([]), str(state), "--yes")  # at the target: nothing runs
@@ -273,7 +273,7 @@ def test_a_failed_step_exits_1_naming_it_and_keeps_the_record(state: Path, monke
     assert done.exit_code == 1
     assert f"upgrade stopped at step {PLAY!r} on node3: task 'Restart slurmd' failed" in done.output
     assert "stderr: slurmd: fatal: Unable to bind port 6818" in done.output
-    assert json.loads((ClusterDir.of("up").current / "versions.json").read_text())["slurm"] == "24.11.5"
+    assert json.loads((ClusterDir.of("up").current / "versions.json").read_text())["slurm"] == "22.05.7"
     lost = {"msg": "Failed to connect to the host via ssh: Connection timed out"}
     event = {"event": "runner_on_unreachable", "event_data": {"host": "node5", "task": "Upgrade slurmd", "res": lost}}
     unreachable = _upgrade(monkeypatch, FakeRunner([_play(), event], status="failed"), str(state), "--yes", "-q")
@@ -284,9 +284,18 @@ def test_a_failed_step_exits_1_naming_it_and_keeps_the_record(state: Path, monke
 def test_refusals_exit_2_before_anything_runs(state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     runner = FakeRunner([])
     downgrade = state.with_name("down.yaml")
-    downgrade.write_text(blueprint("24.11.4").model_dump_json())
+    downgrade.write_text(blueprint("22.05.6").model_dump_json())
     refused = _upgrade(monkeypatch, runner, str(downgrade), "--yes")
     assert refused.exit_code == 2 and "is a downgrade" in refused.output
+    jump = state.with_name("jump.yaml")
+    jump.write_text(blueprint("24.11.5").model_dump_json())
+    too_far = _upgrade(monkeypatch, runner, str(jump), "--yes")
+    assert too_far.exit_code == 2 and "upgrade through 22.05 -> 23.02 -> 24.11" in too_far.output
+    # a release the roles cannot install (yet) on these hosts is refused before anything, and before the question
+    built = state.with_name("built.yaml")
+    built.write_text(blueprint("23.11.10").model_dump_json())  # built from source, on static hosts
+    not_installable = _upgrade(monkeypatch, runner, str(built))
+    assert not_installable.exit_code == 2 and "not yet supported" in not_installable.output
     unanswered = _upgrade(monkeypatch, runner, str(state))  # no terminal to ask, no --yes
     assert unanswered.exit_code == 2 and "add --yes" in unanswered.output
     bad_batch = _upgrade(monkeypatch, runner, str(state), "--yes", "--batch", "0")

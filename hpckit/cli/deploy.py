@@ -15,7 +15,7 @@ from hpckit.blueprint import Blueprint, load_blueprint
 from hpckit.blueprint.models import LabProvider
 from hpckit.blueprint.release import slurm_release_of
 from hpckit.cli.blueprint import site_option
-from hpckit.deploy.apply import DeployOptions, DeployResult, deploy, plan
+from hpckit.deploy.apply import DeployOptions, DeployResult, deploy, installable, plan
 from hpckit.deploy.changes import overall, plan_changes
 from hpckit.deploy.events import ConfigDiff, Tracker
 from hpckit.deploy.progress import Progress, tally_table
@@ -238,6 +238,7 @@ def upgrade_cmd(
         click.echo("\n".join(plan.lines()))
     if not plan.steps or dry_run:
         return
+    installable(bp)  # a Slurm the roles cannot install yet: refused before the question
     _confirm_upgrade(plan, yes)
     console = Console(stderr=as_json)
     tracker = Tracker()

@@ -20,7 +20,7 @@ from rich.console import Console
 from hpckit import __version__
 from hpckit.blueprint.models import Blueprint
 from hpckit.clusters import ACCESS, BLUEPRINT, CONFIGS, INVENTORY, VERSIONS, ClusterDir
-from hpckit.deploy.apply import playbook_vars
+from hpckit.deploy.apply import installable, playbook_vars
 from hpckit.deploy.events import Failure, Tracker
 from hpckit.deploy.inventory import host_entries
 from hpckit.deploy.progress import Progress
@@ -52,7 +52,6 @@ def upgrade_extravars(plan: UpgradePlan, live: LiveCluster, bp: Blueprint) -> di
     timeouts and backup folder as the plan prints."""
     return {
         "slurm_upgrade_version": str(plan.target),
-        "slurm_upgrade_install": plan.install,
         "slurm_upgrade_batch": plan.batch_size,
         "slurm_upgrade_timeouts": dict(live.timeouts),
         "slurm_upgrade_raised_timeouts": raised_timeouts(live),
@@ -122,6 +121,7 @@ def run_upgrade(
 ) -> UpgradeResult:
     """Run upgrade.yml for ``plan`` (one that has steps) with ``runner`` (run_playbook unless given); the record
     becomes current only when it succeeded."""
+    installable(bp)
     target = prepare_target(bp, bring_up_lab=False)
     if target.not_started:
         raise HpckitError(
