@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.labutil import Cluster, hpckit, lab_blueprint, needs_lab
+from tests.labutil import Cluster, deployed, hpckit, lab_blueprint, needs_lab, two_nodes
 
 pytestmark = [pytest.mark.lab, needs_lab()]
 NAME, NET, BRIDGE = "hupg", "10.77.200", "hupg0"
@@ -23,7 +23,7 @@ GPUS = "      gpus: {type: lab, count: $(vars.gpus_per_node)}\n"
 
 def blueprint(tmp: Path, version: str | None = None) -> Path:
     path = lab_blueprint(tmp, NAME, NET, BRIDGE)
-    text = path.read_text().replace("node[1-4]", "node[1-2]").replace("$(vars.net).[21-24]", "$(vars.net).[21-22]")
+    text = two_nodes(path.read_text())
     assert GPUS in text and "slurm:\n  accounting: true\n" in text
     text = text.replace(GPUS, "")
     if version:
@@ -36,13 +36,8 @@ def blueprint(tmp: Path, version: str | None = None) -> Path:
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     tmp = tmp_path_factory.mktemp("upgrade")
-    cluster = Cluster(NAME, blueprint(tmp), tmp / "state")
-    try:
-        done = cluster.deploy()
-        assert done.rc == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    with deployed(Cluster(NAME, blueprint(tmp), tmp / "state")) as cluster:
         yield cluster
-    finally:
-        cluster.destroy()
 
 
 def _current(cluster: Cluster) -> Path:

@@ -19,12 +19,12 @@ from rich.console import Console
 
 from hpckit import __version__
 from hpckit.blueprint.models import Blueprint
-from hpckit.clusters import ACCESS, BLUEPRINT, CONFIGS, INVENTORY, VERSIONS, ClusterDir
-from hpckit.deploy.apply import installable, playbook_vars
+from hpckit.clusters import ACCESS, CONFIGS, VERSIONS, ClusterDir
+from hpckit.deploy.apply import installable, playbook_vars, start_record
 from hpckit.deploy.events import Failure, Tracker
 from hpckit.deploy.inventory import host_entries
 from hpckit.deploy.progress import Progress
-from hpckit.deploy.record import DeploymentRecord, run_info
+from hpckit.deploy.record import DeploymentRecord
 from hpckit.deploy.runner import PlaybookRun, RunOutcome, ansible_version, run_playbook
 from hpckit.deploy.targets import prepare_target
 from hpckit.deploy.upgrade import (
@@ -130,12 +130,7 @@ def run_upgrade(
         )
     inventory, extravars = playbook_vars(bp, target)
     extravars.update(upgrade_extravars(plan, live, bp))
-    record = DeploymentRecord.create(bp.cluster_name)
-    expanded = bp.model_dump(mode="json")
-    record.write_json(BLUEPRINT, expanded)
-    record.write_json("run.json", run_info(expanded))
-    record.write_yaml(INVENTORY, inventory)
-    record.write_yaml("extravars.yml", extravars)
+    record = start_record(bp, inventory, extravars)
     tracker.expect_hosts([e.name for e in host_entries(bp)])
     watch = _Watch(sink)
     started = time.monotonic()
