@@ -102,3 +102,30 @@ def test_a_stopped_slurmd_alone_is_started_and_the_timeouts_come_back(lab: Clust
     nodes = lab.on("login", "sinfo", "--noheader", "--Node", "--format=%N %v %t").stdout.split("\n")
     rows = sorted(line.split() for line in nodes if line)
     assert rows == [["node1", installed, "idle"], ["node2", installed, "idle"]], rows
+
+
+def _latest_summary(cluster: Cluster) -> dict[str, Any]:
+    runs = sorted((cluster.state / "clusters" / NAME / "deployments").iterdir())
+    summary: dict[str, Any] = json.loads((runs[-1] / "summary.json").read_text())
+    return summary
+
+
+def test_a_node_ssh_cannot_reach_stops_the_upgrade_at_once_and_a_rerun_completes(lab: Cluster) -> None:
+    from hpckit.lab import provider
+
+    lab.on("node1", "service", "slurmd", "stop")
+    provider.node_stop_sshd(NAME, "node2")
+    try:
+        _, lost = _upgrade_from_an_older_micro(lab)
+    finally:
+        provider.node_start_sshd(NAME, "node2")
+    assert lost.rc == 1, lost.stdout[-3000:] + lost.stderr[-3000:]
+    assert "upgrade stopped at step 'Survey: where each host stands' on node2: task " in lost.stdout, lost.stdout
+    assert "unreachable (SSH): " in lost.stdout
+    summary = _latest_summary(lab)
+    assert not summary["ok"] and {h: t["changed"] for h, t in summary["hosts"].items() if t["changed"]} == {}
+    installed, again = _upgrade_from_an_older_micro(lab)
+    assert again.rc == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    restarts = {(host, task) for host, task in _changed_tasks(lab) if task.startswith("Restart")}
+    assert restarts == {("node1", "Restart the daemon on the new release: slurmd")}
+    assert f"Slurm {installed} on every host" in again.stdout
