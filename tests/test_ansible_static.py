@@ -188,7 +188,7 @@ def _tasks(path: Path) -> Iterator[dict[str, Any]]:
 
 # What a task's arguments name when it reads or writes a secret's bytes (not merely its path or checksum).
 SECRET_MARKERS = (
-    "munge_key_content",
+    "slurm_auth_key_content",
     "ansible.builtin.slurp",
     "db_password",
     "password_b64",
@@ -197,7 +197,7 @@ SECRET_MARKERS = (
 
 
 def test_every_task_touching_a_secret_has_no_log() -> None:
-    """The munge key and the DB password never reach a log: each task that names them is no_log."""
+    """The cluster key (munge or auth/slurm) and the DB password never reach a log: each task naming them is no_log."""
     checked = 0
     for path in sorted(ROLES.glob("*/tasks/*.yml")):
         for task in _tasks(path):
@@ -321,7 +321,7 @@ def test_site_plays_come_in_the_order_the_cluster_needs() -> None:
     plays = _yaml(ANSIBLE / "site.yml")
     roles = [[r["role"] for r in play.get("roles", [])] or [play["name"]] for play in plays]
     assert roles == [
-        ["munge"],
+        ["slurm_auth"],
         ["Nodes removed from the blueprint"],  # slurmd off before slurmctld learns they are gone
         ["shared_fs"],
         ["infiniband", "nvidia"],  # before slurm.conf: topology.conf turns on TopologyPlugin

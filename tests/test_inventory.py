@@ -123,7 +123,7 @@ def test_no_secret_ever_in_extravars(repo: Path, tmp_path: Path, monkeypatch: py
     for name, value in CANARY_ENV.items():
         monkeypatch.setenv(name, value)
     secret_names = _secret_variables(repo / "ansible" / "roles")
-    assert {"munge_key_content", "slurm_accounting_db_password"} <= secret_names  # the walk sees the roles
+    assert {"slurm_auth_key_content", "slurm_accounting_db_password"} <= secret_names  # the walk sees the roles
     h100 = (repo / "blueprints" / "h100-ib.yaml").read_text().replace("$(vars.ssh_key)", str(key))
     for bp in (load_blueprint(repo / "blueprints" / "lab.yaml"), parse_blueprint(h100)):
         access = SshAccess("root", 22, str(key), str(tmp_path / "known_hosts"))

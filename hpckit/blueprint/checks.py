@@ -58,6 +58,7 @@ class _Checker:
         self._addresses_unique()
         self._slurm_conf()
         self._configless()
+        self._auth()
         for path, message in install_problems(self.data, self.declared_hosts(compute)):
             self.add(path, message)
         return self.problems
@@ -189,6 +190,25 @@ class _Checker:
                     "slurm.configless: true is for nodes without GPUs for now (slurmctld would serve one "
                     "gres.conf to all nodes, and hpckit writes gres.conf per node); drop configless or the GPUs",
                 )
+
+    def _auth(self) -> None:
+        """`slurm.auth: slurm` needs a release with auth/slurm (23.11+); the keys it sets belong to it."""
+        slurm = self.data.get("slurm")
+        release = raw_slurm_release(self.data)
+        if not isinstance(slurm, dict) or release is None:
+            return
+        auth = slurm.get("auth", "munge")
+        if auth == "slurm":
+            for problem in value_problems("AuthType", "auth/slurm", release):
+                self.add(("slurm", "auth"), f"slurm.auth: slurm needs Slurm 23.11 or newer ({problem})")
+        conf = slurm.get("conf")
+        for key in conf if isinstance(conf, dict) else ():
+            if str(key).lower() in ("authtype", "credtype"):
+                message = (
+                    f"{key} follows slurm.auth (munge or slurm), which also sets up the key on every host: "
+                    "set slurm.auth instead"
+                )
+                self.problems.append(self.doc.problem(("slurm", "conf", key), message, key=True))
 
     def _conf_entry(self, key: str, value: Any, release: Version) -> None:
         path: Path_ = ("slurm", "conf", key)

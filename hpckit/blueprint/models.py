@@ -415,6 +415,11 @@ class SlurmSettings(Strict):
     topology: BlockTopology | None = Field(None, description="network topology Slurm schedules by (block)")
     cluster_name: Name | None = Field(None, description="ClusterName (default: the blueprint's name)")
     accounting: bool = True
+    auth: Literal["munge", "slurm"] = Field(
+        "munge",
+        description="how Slurm authenticates: munge (MUNGE), or slurm (Slurm's own auth/slurm and cred/slurm, "
+        "23.11 and newer: one slurm.key on every host, sackd on the login nodes, no munge)",
+    )
     configless: bool = Field(
         False,
         description="Slurm's configless mode: slurmd on the compute nodes fetches slurm.conf, cgroup.conf and "

@@ -183,6 +183,7 @@ def build_extravars(bp: Blueprint) -> dict[str, Any]:
         "slurm_controller_addr": addr[bp.controller.host] or bp.controller.host,
         "slurm_accounting": bp.slurm.accounting,
         "slurm_dbd_host": bp.controller.host,
+        "slurm_auth": bp.slurm.auth,
         "slurm_configless": bp.slurm.configless,
         "slurm_nodes": nodes,
         "slurm_partitions": [

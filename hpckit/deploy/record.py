@@ -1,8 +1,8 @@
 """Writing the deployment record: what was deployed, how, with which versions, and how to reach it again.
 
 One directory per deploy under STATE/clusters/NAME/deployments/, plus a `current` link; the layout and every
-read of the record live in `hpckit.clusters`. It never holds a secret: the munge key and DB password stay on
-the cluster (runner events of no_log tasks arrive censored, and slurmdbd.conf is never fetched).
+read of the record live in `hpckit.clusters`. It never holds a secret: the cluster key (munge or auth/slurm)
+and DB password stay on the cluster (runner events of no_log tasks arrive censored, and slurmdbd.conf is never fetched).
 """
 
 from __future__ import annotations

@@ -18,12 +18,21 @@ def health_extravars(bp: Blueprint) -> dict[str, Any]:
             "resume_after": settings.resume_after,
             "escalate_unknown_after": settings.escalate_unknown_after,
             "circuit_breaker": settings.circuit_breaker,
-            "disabled_checks": list(settings.disabled_checks),
+            "disabled_checks": disabled_checks(bp),
             "quick_interval_s": settings.quick_interval_s,
             "nightly": settings.nightly,
             "ssh_probe": settings.ssh_probe.model_dump() if settings.ssh_probe is not None else None,
         },
     }
+
+
+def disabled_checks(bp: Blueprint) -> list[str]:
+    """The blueprint's disabled checks, and host.munge where the cluster does not use MUNGE (auth/slurm):
+    no munged runs there, and Slurm's own key is checked by every daemon that reads it."""
+    disabled = list(bp.health.disabled_checks)
+    if bp.slurm.auth != "munge" and "host.munge" not in disabled:
+        disabled.append("host.munge")
+    return disabled
 
 
 def health_host_vars(part: Partition) -> dict[str, Any]:
