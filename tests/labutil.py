@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +41,11 @@ def lab_blueprint(tmp: Path, name: str, net: str, bridge: str, extra: str = "") 
     path = tmp / f"{name}.yaml"
     path.write_text(text)
     return path
+
+
+def two_nodes(text: str) -> str:
+    """lab.yaml's text with its partition cut to node[1-2], the smallest lab that runs a job on two nodes."""
+    return text.replace("node[1-4]", "node[1-2]").replace("$(vars.net).[21-24]", "$(vars.net).[21-22]")
 
 
 @dataclass
@@ -95,3 +102,14 @@ class Cluster:
         if check:
             assert done.ok, done.describe()
         return done
+
+
+@contextlib.contextmanager
+def deployed(cluster: Cluster) -> Iterator[Cluster]:
+    """The cluster deployed (a failed deploy fails the test), and destroyed afterwards whatever happened."""
+    try:
+        done = cluster.deploy()
+        assert done.rc == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        yield cluster
+    finally:
+        cluster.destroy()

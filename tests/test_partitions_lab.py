@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.labutil import Cluster, lab_blueprint, needs_lab
+from tests.labutil import Cluster, deployed, lab_blueprint, needs_lab, two_nodes
 
 pytestmark = [pytest.mark.lab, needs_lab()]
 NAME, NET, BRIDGE = "partlab", "10.77.180", "hpbp0"
@@ -31,7 +31,7 @@ DEBUG = """\
 
 def blueprint(tmp: Path) -> Path:
     path = lab_blueprint(tmp, NAME, NET, BRIDGE)
-    text = path.read_text().replace("node[1-4]", "node[1-2]").replace("$(vars.net).[21-24]", "$(vars.net).[21-22]")
+    text = two_nodes(path.read_text())
     text = text.replace("\nfilesystems:", "\n" + DEBUG + "filesystems:", 1)
     assert DEBUG in text
     path.write_text(text)
@@ -41,13 +41,8 @@ def blueprint(tmp: Path) -> Path:
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     tmp = tmp_path_factory.mktemp("partitions")
-    cluster = Cluster(NAME, blueprint(tmp), tmp / "state")
-    try:
-        done = cluster.deploy()
-        assert done.rc == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    with deployed(Cluster(NAME, blueprint(tmp), tmp / "state")) as cluster:
         yield cluster
-    finally:
-        cluster.destroy()
 
 
 @pytest.fixture(scope="module")

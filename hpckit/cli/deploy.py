@@ -15,12 +15,13 @@ from hpckit.blueprint import Blueprint, load_blueprint
 from hpckit.blueprint.models import LabProvider
 from hpckit.blueprint.release import slurm_release_of
 from hpckit.cli.blueprint import site_option
-from hpckit.deploy.apply import DeployOptions, DeployResult, deploy, plan
+from hpckit.deploy.apply import DeployOptions, DeployResult, deploy, installable, plan
 from hpckit.deploy.changes import overall, plan_changes
 from hpckit.deploy.events import ConfigDiff, Tracker
 from hpckit.deploy.progress import Progress, tally_table
 from hpckit.deploy.record import mark_destroyed
-from hpckit.deploy.upgrade import DEFAULT_BATCH, live_cluster, plan_upgrade
+from hpckit.deploy.upgrade import DEFAULT_BATCH, UpgradePlan, live_cluster, plan_upgrade
+from hpckit.deploy.upgrade_run import UpgradeProgress, UpgradeResult, failure_lines, run_upgrade
 from hpckit.errors import InputError
 from hpckit.lab.provider import lab_down
 
@@ -211,11 +212,21 @@ def expand_cmd(
     show_default=True,
     help="nodes whose slurmd restarts at once: a count (4) or a share of the nodes (25%)",
 )
+@click.option("--yes", "-y", is_flag=True, help="upgrade without asking (needed where no one can answer)")
 @click.option("--json", "as_json", is_flag=True, help="print the plan as JSON")
-def upgrade_cmd(blueprint: Path, site_files: tuple[Path, ...], dry_run: bool, batch: str, as_json: bool) -> None:
+@click.option("--quiet", "-q", is_flag=True, help="no progress display")
+def upgrade_cmd(
+    blueprint: Path,
+    site_files: tuple[Path, ...],
+    dry_run: bool,
+    batch: str,
+    yes: bool,
+    as_json: bool,
+    quiet: bool,
+) -> None:
     """Upgrade the deployed cluster's Slurm, rolling, to the blueprint's slurm.version: SchedMD's order
     (backups, slurmdbd, slurmctld, slurmd in batches, clients, SPANK plugins), running jobs kept. Refused,
-    before anything is touched, where Slurm does not support the jump."""
+    before anything is touched, where Slurm does not support the jump. Run again after a failure, it resumes."""
     bp = _load(blueprint, site_files)
     live = live_cluster(bp.cluster_name)
     plan = plan_upgrade(live, bp, batch)
@@ -225,11 +236,39 @@ def upgrade_cmd(blueprint: Path, site_files: tuple[Path, ...], dry_run: bool, ba
         if not live.version_seen:
             click.echo(f"note: the record does not say which Slurm runs; its blueprint's {live.version} stands in")
         click.echo("\n".join(plan.lines()))
-    if plan.steps and not dry_run:
-        raise InputError(
-            "not yet supported: hpckit upgrade only plans for now; run it with --dry-run (the plan above is the "
-            "order it will follow)"
-        )
+    if not plan.steps or dry_run:
+        return
+    installable(bp)  # a Slurm the roles cannot install yet: refused before the question
+    _confirm_upgrade(plan, yes)
+    console = Console(stderr=as_json)
+    tracker = Tracker()
+    with UpgradeProgress(tracker, console, enabled=not quiet) as progress:
+        result = run_upgrade(bp, plan, live, tracker, progress)
+    _print_upgrade(console, result)
+    if result.outcome.status == "canceled":
+        click.echo("upgrade interrupted (Ctrl-C): run `hpckit upgrade` again to resume it", err=True)
+        sys.exit(130)
+    sys.exit(0 if result.ok else 1)
+
+
+def _confirm_upgrade(plan: UpgradePlan, yes: bool) -> None:
+    if yes:
+        return
+    question = f"upgrade {plan.cluster} to Slurm {plan.target} as planned above?"
+    if not sys.stdin.isatty():
+        raise InputError(f"{question} no one can answer here: add --yes to upgrade, or --dry-run to only plan")
+    click.confirm(question, abort=True)
+
+
+def _print_upgrade(console: Console, result: UpgradeResult) -> None:
+    console.print(tally_table(result.tracker, f"upgrade {result.outcome.status}"))
+    lines = failure_lines(result.tracker, result.outcome)
+    if result.ok:
+        lines.append(f"Slurm {result.slurm_version} on every host")
+    lines.extend(f"backup on the controller: {path}" for path in result.backups)
+    lines.append(f"record: {result.record.path}")
+    for line in lines:  # whole: a path or a task's output cut at the terminal's width would mislead
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 COMMANDS = [deploy_cmd, plan_cmd, destroy_cmd, expand_cmd, upgrade_cmd]

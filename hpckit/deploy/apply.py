@@ -73,15 +73,10 @@ def deploy(bp: Blueprint, tracker: Tracker, sink: EventSink, opts: DeployOptions
     target = prepare_target(bp)
     _timed(timings, "target", t0)
     retired = {} if target.lab else retired_hosts(bp, opts.record_root)
-    record = DeploymentRecord.create(bp.cluster_name, opts.record_root)
-    inventory, extravars = _playbook_vars(bp, target)
+    inventory, extravars = playbook_vars(bp, target)
     inventory["all"]["children"]["slurm_retired"]["hosts"] = retired
     tracker.tolerate(retired)
-    expanded = bp.model_dump(mode="json")
-    record.write_json(BLUEPRINT, expanded)
-    record.write_json("run.json", run_info(expanded))
-    record.write_yaml(INVENTORY, inventory)
-    record.write_yaml("extravars.yml", extravars)
+    record = start_record(bp, inventory, extravars, opts.record_root)
     tracker.expect_hosts([e.name for e in host_entries(bp)])
     t1 = time.monotonic()
     run = PlaybookRun(limit=opts.limit, forks=opts.forks, fact_cache=record.cluster_dir.facts)
@@ -97,6 +92,20 @@ def deploy(bp: Blueprint, tracker: Tracker, sink: EventSink, opts: DeployOptions
     return result
 
 
+def start_record(
+    bp: Blueprint, inventory: dict[str, Any], extravars: dict[str, Any], root: Path | None = None
+) -> DeploymentRecord:
+    """A new record of a run on the cluster (deploy or upgrade): the blueprint, who ran it, and the two files
+    the playbook runs with (neither holds a secret)."""
+    record = DeploymentRecord.create(bp.cluster_name, root)
+    expanded = bp.model_dump(mode="json")
+    record.write_json(BLUEPRINT, expanded)
+    record.write_json("run.json", run_info(expanded))
+    record.write_yaml(INVENTORY, inventory)
+    record.write_yaml("extravars.yml", extravars)
+    return record
+
+
 @dataclass(frozen=True)
 class PlanResult:
     outcome: RunOutcome
@@ -108,7 +117,7 @@ class PlanResult:
 def plan(bp: Blueprint, tracker: Tracker, sink: EventSink) -> PlanResult:
     """A check + diff run: what deploy would change, file by file, changing nothing."""
     target = prepare_target(bp, bring_up_lab=False)
-    inventory, extravars = _playbook_vars(bp, target)
+    inventory, extravars = playbook_vars(bp, target)
     hosts = [e.name for e in host_entries(bp)]
     new = target.not_started
     if set(hosts) <= set(new):
@@ -124,7 +133,7 @@ def plan(bp: Blueprint, tracker: Tracker, sink: EventSink) -> PlanResult:
     return PlanResult(outcome, new)
 
 
-def _playbook_vars(bp: Blueprint, target: Target) -> tuple[dict[str, Any], dict[str, Any]]:
+def playbook_vars(bp: Blueprint, target: Target) -> tuple[dict[str, Any], dict[str, Any]]:
     """The blueprint's inventory and extravars, plus what depends on the machine that deploys."""
     inventory, extravars = build_vars(bp, target.access)
     extravars.update(target.runtime_extravars())

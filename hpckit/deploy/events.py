@@ -29,6 +29,7 @@ class Failure:
     task: str
     message: str
     unreachable: bool = False
+    play: str = ""  # the play the task ran in (upgrade.yml's plays are its steps)
 
     def __str__(self) -> str:
         what = "unreachable" if self.unreachable else "failed"
@@ -104,10 +105,10 @@ class Tracker:
             self._collect_diffs(host, task, res)
         elif kind == "runner_on_failed" and not data.get("ignore_errors"):
             tally.failed += 1
-            self.failures.append(Failure(host, task, _message(res)))
+            self.failures.append(Failure(host, task, _message(res), play=self.current_play))
         elif kind == "runner_on_unreachable":
             tally.unreachable += 1
-            self.failures.append(Failure(host, task, _message(res), unreachable=True))
+            self.failures.append(Failure(host, task, _message(res), unreachable=True, play=self.current_play))
         elif kind == "runner_on_skipped":
             tally.skipped += 1
 

@@ -30,8 +30,9 @@ def tally_table(tracker: Tracker, title: str, live: bool = False) -> Table:
 class Progress:
     """Consumes runner events; feed it to `run_playbook` as the event sink."""
 
-    def __init__(self, tracker: Tracker, console: Console, enabled: bool = True) -> None:
+    def __init__(self, tracker: Tracker, console: Console, enabled: bool = True, title: str = "deploying") -> None:
         self.tracker = tracker
+        self.title = title
         self.console = console
         self.live: Live | None = None
         self.enabled = enabled
@@ -64,4 +65,4 @@ class Progress:
             self.console.print(str(self.tracker.failures[-1]), highlight=False)
 
     def _render(self) -> Table:
-        return tally_table(self.tracker, f"deploying - {self.tracker.current_play}", live=True)
+        return tally_table(self.tracker, f"{self.title} - {self.tracker.current_play}", live=True)

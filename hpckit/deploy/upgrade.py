@@ -29,7 +29,19 @@ from hpckit.clusters import ClusterDir, RecordError
 from hpckit.errors import InputError
 from hpckit.slurm_releases import ReleaseError, Version, apply_for, upgrade_problem
 
-__all__ = ["LiveCluster", "Step", "UpgradePlan", "UpgradeRefused", "batch_size", "live_cluster", "plan_upgrade"]
+__all__ = [
+    "LiveCluster",
+    "Step",
+    "UpgradePlan",
+    "UpgradeRefused",
+    "backup_dir",
+    "batch_size",
+    "live_cluster",
+    "plan_upgrade",
+    "pyxis_hosts",
+    "raised_timeouts",
+    "timeouts_apply",
+]
 
 # What the upgrade raises both timeouts to, seconds: longer than any daemon restart or database conversion it
 # waits for, so that no node is set DOWN (and its jobs killed) meanwhile.
@@ -194,7 +206,7 @@ def _steps(live: LiveCluster, bp: Blueprint, plan: UpgradePlan, nodes: tuple[str
         steps.append(Step("slurmd", batch, action, "slurmd"))
     logins = tuple(h.host for h in bp.login)
     steps.append(Step("clients", logins, f"{install}: the client tools (srun, sbatch, squeue, sacct ...)"))
-    pyxis = _pyxis_hosts(bp)
+    pyxis = pyxis_hosts(bp)
     if plan.major and pyxis:
         steps.append(Step("spank", pyxis, f"rebuild pyxis {bp.containers.pyxis.version} against Slurm {target}"))
     steps.append(_timeouts("restore_timeouts", live, ctl, raised=False))
@@ -212,8 +224,26 @@ def _packages(bp: Blueprint) -> str:
     return "the site's own (slurm.packages)" if mode == "packages" else "the distribution's"
 
 
+def backup_dir(live: LiveCluster, plan: UpgradePlan) -> str:
+    """The controller's folder for this upgrade's backups: one per upgrade, so that a resumed run keeps the
+    backups its first run made."""
+    return f"{BACKUP_ROOT}/{live.cluster}-{plan.current}-to-{plan.target}"
+
+
+def raised_timeouts(live: LiveCluster) -> dict[str, int]:
+    """The timeouts during the upgrade: at least UPGRADE_TIMEOUT_S, a longer one kept."""
+    return {key: max(live.timeouts[key], UPGRADE_TIMEOUT_S) for key in TIMEOUT_KEYS}
+
+
+def timeouts_apply(live: LiveCluster) -> str:
+    """How a timeout change goes live in the running release (the per-release table): reconfigure or
+    restart (slurmctld)."""
+    live_now = all(apply_for(key, live.version) == "reconfigure" for key in TIMEOUT_KEYS)
+    return "reconfigure" if live_now else "restart"
+
+
 def _backup(live: LiveCluster, plan: UpgradePlan, ctl: str, accounting: bool) -> Step:
-    folder = f"{BACKUP_ROOT}/{live.cluster}-{plan.current}-to-{plan.target}"
+    folder = backup_dir(live, plan)
     state = f"StateSaveLocation {live.state_save} -> {folder}/statesave.tar.gz"
     if not accounting:
         return Step("backup", (ctl,), state)
@@ -223,17 +253,14 @@ def _backup(live: LiveCluster, plan: UpgradePlan, ctl: str, accounting: bool) ->
 
 def _timeouts(kind: str, live: LiveCluster, ctl: str, *, raised: bool) -> Step:
     changes = []
-    for key in TIMEOUT_KEYS:
+    for key, high in raised_timeouts(live).items():
         now = live.timeouts[key]
-        high = max(now, UPGRADE_TIMEOUT_S)
         changes.append(f"{key} {now} -> {high}" if raised else f"{key} {high} -> {now}")
-    # The running release decides how the change goes live (the per-release table).
-    live_now = all(apply_for(key, live.version) == "reconfigure" for key in TIMEOUT_KEYS)
-    how = "scontrol reconfigure" if live_now else "slurmctld restart"
+    how = "scontrol reconfigure" if timeouts_apply(live) == "reconfigure" else "slurmctld restart"
     return Step(kind, (ctl,), f"{', '.join(changes)} in slurm.conf; {how}")
 
 
-def _pyxis_hosts(bp: Blueprint) -> tuple[str, ...]:
+def pyxis_hosts(bp: Blueprint) -> tuple[str, ...]:
     """The hosts with pyxis: the nodes of container partitions and, when there are any, the login nodes (the
     lab installs none: its nodes share this machine's root)."""
     if isinstance(bp.provider, LabProvider):
