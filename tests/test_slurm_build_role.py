@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -136,3 +137,26 @@ def test_restd_cannot_be_left_out(tmp_path: Path) -> None:
     done, _ = run_role(tmp_path, _tarball(tmp_path), ["pmix", "json"])
     assert done.returncode != 0
     assert "SchedMD's Debian packaging always builds restd and json" in done.stdout
+
+
+def test_a_build_running_here_is_waited_for_not_repeated(tmp_path: Path) -> None:
+    """scripts/build-slurm.sh holds packages/.build.lock while it builds: a run that finds no build waits for the
+    lock, then takes the packages that build left, with no source to build from."""
+    tarball = _tarball(tmp_path)
+    done, first = run_role(tmp_path, tarball, ["json", "restd"])
+    assert done.returncode == 0, done.stdout[-4000:]
+    key = Path(first["packages"][0]).parent
+    aside = tmp_path / "aside"
+    key.rename(aside)
+    tarball.unlink()
+    lock = tmp_path / "cache" / "packages" / ".build.lock"
+    # The "build in progress": holds the lock, and puts the packages in place before letting go.
+    holder = subprocess.Popen(["flock", str(lock), "sh", "-c", f"sleep 12; mv {aside} {key}"])
+    try:
+        time.sleep(0.5)  # the lock is held before the role looks
+        again, second = run_role(tmp_path, tarball, ["json", "restd"])
+    finally:
+        holder.wait(timeout=30)
+    assert again.returncode == 0, again.stdout[-4000:]
+    assert second == {**first, "built": False}
+    assert "Wait for a build of the same release already running here" in again.stdout
