@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tarfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -149,14 +150,33 @@ def test_a_build_running_here_is_waited_for_not_repeated(tmp_path: Path) -> None
     aside = tmp_path / "aside"
     key.rename(aside)
     tarball.unlink()
-    lock = tmp_path / "cache" / "packages" / ".build.lock"
-    # The "build in progress": holds the lock, and puts the packages in place before letting go.
-    holder = subprocess.Popen(["flock", str(lock), "sh", "-c", f"sleep 12; mv {aside} {key}"])
+    lock, go = tmp_path / "cache" / "packages" / ".build.lock", tmp_path / "go"
+    # The "build in progress": holds the lock, and puts the packages in place once the role waits for it.
+    holder = subprocess.Popen(
+        ["flock", str(lock), "sh", "-c", f"while [ ! -e {go} ]; do sleep 0.1; done; mv {aside} {key}"]
+    )
     try:
-        time.sleep(0.5)  # the lock is held before the role looks
-        again, second = run_role(tmp_path, tarball, ["json", "restd"])
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            run = pool.submit(run_role, tmp_path, tarball, ["json", "restd"])
+            _until_waiting_on(lock, deadline=time.monotonic() + 300)
+            go.touch()
+            again, second = run.result()
     finally:
+        go.touch()
         holder.wait(timeout=30)
     assert again.returncode == 0, again.stdout[-4000:]
     assert second == {**first, "built": False}
     assert "Wait for a build of the same release already running here" in again.stdout
+
+
+def _until_waiting_on(lock: Path, deadline: float) -> None:
+    """Until a process here waits on ``lock`` with flock --wait (the role's), or the deadline."""
+    while time.monotonic() < deadline:
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                argv = cmdline.read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"--wait" in argv and str(lock).encode() in argv:
+                return
+        time.sleep(0.2)
