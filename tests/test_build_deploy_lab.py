@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from hpckit.paths import source_cache
-from tests.labutil import REPO, CliRun, Cluster, hpckit, needs_lab
+from tests.labutil import REPO, CliRun, Cluster, assert_no_change, hpckit, needs_lab
 
 pytestmark = [
     pytest.mark.lab,
@@ -94,10 +94,6 @@ def test_the_box_keeps_its_own_slurm(lab: tuple[Cluster, CliRun]) -> None:
 
 def test_a_second_deploy_builds_and_changes_nothing(lab: tuple[Cluster, CliRun]) -> None:
     cluster, again = lab
-    assert again.rc == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    hosts = again.json()["hosts"]
-    assert isinstance(hosts, dict)
-    changed = {h: s["changed"] for h, s in hosts.items() if s["changed"]}
-    assert not changed, changed
+    assert_no_change(again)
     events = (cluster.state / "clusters" / NAME / "current" / "events.jsonl").read_text()
     assert "Build the packages (several minutes)" not in events
