@@ -32,6 +32,19 @@ if ! scripts/fetch-slurm-source.sh; then
   echo "warning: Slurm's source is not in hpckit's cache; building Slurm, and the tests that read its source, need it" >&2
 fi
 
+# The build dependencies SchedMD's Debian packaging names (debian/control in the tarball), on this machine: a
+# lab controller builds `install: build` with this machine's packages, and lab nodes have no network.
+tarball=${HPCKIT_CACHE:-/var/cache/hpckit}/sources/slurm-wlm_24.11.5.orig.tar.gz
+if [[ -f $tarball ]]; then
+  control=$(mktemp -d)
+  tar -xzf "$tarball" -C "$control" --strip-components=1 --wildcards '*/debian/control'
+  if ! (cd "$control" && dpkg-checkbuilddeps >/dev/null 2>&1); then
+    echo "installing Slurm's build dependencies"
+    apt-get build-dep -y -qq --no-install-recommends "$control"
+  fi
+  rm -rf "$control"
+fi
+
 PY=${PYTHON:-python3}
 if [[ ! -x .venv/bin/python ]]; then
   "$PY" -m venv .venv

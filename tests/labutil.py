@@ -59,6 +59,15 @@ class CliRun:
         return data
 
 
+def assert_no_change(run: CliRun) -> None:
+    """A `deploy --json` that succeeded and changed nothing on any host."""
+    assert run.rc == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    hosts = run.json()["hosts"]
+    assert isinstance(hosts, dict)
+    changed = {h: s["changed"] for h, s in hosts.items() if s["changed"]}
+    assert not changed, changed
+
+
 def hpckit(*args: str, state: Path, timeout: float = 600) -> CliRun:
     # A private TMPDIR per cluster lets tests see exactly what a run leaves behind.
     tmp = state / "tmp"

@@ -167,8 +167,22 @@ def test_an_expanded_blueprint_validates_again(version: str | None) -> None:
     assert parse_blueprint(json.dumps(expanded)).slurm.install_mode == parse_blueprint(text).slurm.install_mode
 
 
-def test_deploy_refuses_what_the_roles_cannot_install_yet() -> None:
+def test_deploy_refuses_what_the_roles_cannot_install_yet(tmp_path: Path) -> None:
+    tarball, deb = tmp_path / "slurm-24.11.5.tar.bz2", tmp_path / "slurm-smd_24.11.5-1_amd64.deb"
+    tarball.write_bytes(b"")
+    deb.write_bytes(b"")
     installable(parse_blueprint(GOOD))
     installable(parse_blueprint(slurm('  version: "22.05.8"\n')))
-    with pytest.raises(InputError, match=r"not yet supported: deploying with install: build \(Slurm 24\.11\.5\)"):
-        installable(parse_blueprint(slurm('  version: "24.11.5"\n')))
+    installable(parse_blueprint(slurm('  version: "24.11.5"\n')))  # built on the lab
+    installable(parse_blueprint(slurm(f'  version: "24.11.5"\n  source: {tarball}\n')))
+    static = GOOD.replace("provider: {type: lab}", "provider: {type: static, ssh: {user: root}}")
+    with pytest.raises(
+        InputError, match=r"not yet supported: slurm.install: build \(Slurm 24\.11\.5\) outside the lab"
+    ):
+        installable(parse_blueprint(static + 'slurm:\n  version: "24.11.5"\n'))
+    url = '  version: "24.11.5"\n  source: https://example.invalid/slurm-24.11.5.tar.bz2\n'
+    with pytest.raises(InputError, match=r"slurm.source: https://\S+ is a URL, and the build host does not download"):
+        installable(parse_blueprint(slurm(url)))
+    packages = f'  version: "24.11.5"\n  install: packages\n  packages: [{deb}]\n'
+    with pytest.raises(InputError, match=r"not yet supported: slurm.install: packages"):
+        installable(parse_blueprint(slurm(packages)))

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.labutil import Cluster, hpckit, lab_blueprint, needs_lab
+from tests.labutil import Cluster, assert_no_change, hpckit, lab_blueprint, needs_lab
 
 pytestmark = [pytest.mark.lab, needs_lab()]
 NAME, NET, BRIDGE = "hqcl", "10.77.126", "hqcl0"
@@ -68,11 +68,7 @@ def test_slurmctld_runs_configless(lab: tuple[Cluster, Any]) -> None:
 
 def test_a_second_deploy_changes_nothing(lab: tuple[Cluster, Any]) -> None:
     _, again = lab
-    assert again.rc == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    hosts = again.json()["hosts"]
-    assert isinstance(hosts, dict)
-    changed = {h: s["changed"] for h, s in hosts.items() if s["changed"]}
-    assert not changed, changed
+    assert_no_change(again)
 
 
 def test_plan_shows_slurm_conf_on_the_controller_and_login_only(lab: tuple[Cluster, Any]) -> None:

@@ -12,6 +12,8 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -136,3 +138,45 @@ def test_restd_cannot_be_left_out(tmp_path: Path) -> None:
     done, _ = run_role(tmp_path, _tarball(tmp_path), ["pmix", "json"])
     assert done.returncode != 0
     assert "SchedMD's Debian packaging always builds restd and json" in done.stdout
+
+
+def test_a_build_running_here_is_waited_for_not_repeated(tmp_path: Path) -> None:
+    """scripts/build-slurm.sh holds packages/.build.lock while it builds: a run that finds no build waits for the
+    lock, then takes the packages that build left, with no source to build from."""
+    tarball = _tarball(tmp_path)
+    done, first = run_role(tmp_path, tarball, ["json", "restd"])
+    assert done.returncode == 0, done.stdout[-4000:]
+    key = Path(first["packages"][0]).parent
+    aside = tmp_path / "aside"
+    key.rename(aside)
+    tarball.unlink()
+    lock, go = tmp_path / "cache" / "packages" / ".build.lock", tmp_path / "go"
+    # The "build in progress": holds the lock, and puts the packages in place once the role waits for it.
+    holder = subprocess.Popen(
+        ["flock", str(lock), "sh", "-c", f"while [ ! -e {go} ]; do sleep 0.1; done; mv {aside} {key}"]
+    )
+    try:
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            run = pool.submit(run_role, tmp_path, tarball, ["json", "restd"])
+            _until_waiting_on(lock, deadline=time.monotonic() + 300)
+            go.touch()
+            again, second = run.result()
+    finally:
+        go.touch()
+        holder.wait(timeout=30)
+    assert again.returncode == 0, again.stdout[-4000:]
+    assert second == {**first, "built": False}
+    assert "Wait for a build of the same release already running here" in again.stdout
+
+
+def _until_waiting_on(lock: Path, deadline: float) -> None:
+    """Until a process here waits on ``lock`` with flock --wait (the role's), or the deadline."""
+    while time.monotonic() < deadline:
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                argv = cmdline.read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"--wait" in argv and str(lock).encode() in argv:
+                return
+        time.sleep(0.2)

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from hpckit import __version__
-from hpckit.blueprint.models import Blueprint
+from hpckit.blueprint.models import Blueprint, LabProvider
 from hpckit.clusters import BLUEPRINT, INVENTORY, VERSIONS, ClusterAccess, ClusterDir
+from hpckit.deploy.build_record import install_record
 from hpckit.deploy.events import Tracker
 from hpckit.deploy.inventory import host_entries
 from hpckit.deploy.join import SLURMD_LOG, JoinReport, wait_for_join
@@ -21,6 +22,7 @@ from hpckit.deploy.record import RECORDED_CONFIGS, DeploymentRecord, retired_hos
 from hpckit.deploy.runner import PlaybookRun, RunOutcome, ansible_version, run_playbook
 from hpckit.deploy.targets import Target, prepare_target
 from hpckit.errors import HpckitError, InputError
+from hpckit.paths import source_cache
 from hpckit.proc import Transport
 from hpckit.slurm.client import SlurmClient
 
@@ -43,6 +45,8 @@ class DeployResult:
     join: JoinReport | None = None
     slurm_version: str = "unknown (the playbook did not finish)"
     timings: dict[str, float] = field(default_factory=dict)
+    # Where Slurm came from (hpckit.deploy.build_record): the distribution, or which build.
+    install: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -54,14 +58,19 @@ def _timed(timings: dict[str, float], name: str, start: float) -> None:
 
 
 def installable(bp: Blueprint) -> None:
-    """InputError, before any host is touched, for a Slurm the roles cannot install yet: they install the
-    distribution's packages only, and a cluster of those with a slurm.conf written for another release would
-    not start."""
-    mode = bp.slurm.install_mode
-    if mode != "distro":
+    """InputError, before any host is touched, for a Slurm the roles cannot install yet: the distribution's
+    packages anywhere, SchedMD's release built from a local tarball on the lab; a cluster of other packages with
+    a slurm.conf written for another release would not start."""
+    mode, slurm = bp.slurm.install_mode, bp.slurm
+    where = f"slurm.install: {mode} (Slurm {slurm.version})"
+    if mode == "packages":
+        raise InputError(f"not yet supported: {where}; use install: build (the lab) or install: distro")
+    if mode == "build" and not isinstance(bp.provider, LabProvider):
+        raise InputError(f"not yet supported: {where} outside the lab; use install: distro on real hosts for now")
+    if mode == "build" and slurm.source is not None and not slurm.source.startswith("/"):
         raise InputError(
-            f"not yet supported: deploying with install: {mode} (Slurm {bp.slurm.version}); the roles install "
-            "the distribution's Slurm only for now: leave slurm.version out, or use install: distro"
+            f"slurm.source: {slurm.source} is a URL, and the build host does not download yet; put the tarball "
+            f"in hpckit's source cache ({source_cache()}) or give its absolute path"
         )
 
 
@@ -86,6 +95,7 @@ def deploy(bp: Blueprint, tracker: Tracker, sink: EventSink, opts: DeployOptions
     if tracker.ok and outcome.status == "successful":
         t2 = time.monotonic()
         result.join, result.slurm_version = _after_playbook(bp, target, record, opts.join_timeout)
+        result.install = _read_install(target, extravars)
         _timed(timings, "join", t2)
     _timed(timings, "total", t0)
     _finish_record(bp, target, result)
@@ -162,6 +172,20 @@ def _after_playbook(bp: Blueprint, target: Target, record: DeploymentRecord, tim
     return report, version
 
 
+def _read_install(target: Target, extravars: dict[str, Any]) -> dict[str, Any]:
+    """The record's word on where Slurm came from; a build's manifest is read on its build host."""
+    if extravars.get("slurm_install") != "build":
+        return install_record(extravars, None)
+    try:
+        conn = target.transport(str(extravars["slurm_build_host"]))
+    except HpckitError:
+        return install_record(extravars, None)
+    try:
+        return install_record(extravars, conn)
+    finally:
+        conn.close()
+
+
 def _join(bp: Blueprint, controller: Transport, timeout: float) -> JoinReport:
     compute = [host for _, host, _ in bp.compute_hosts()]
     return wait_for_join(SlurmClient(controller), compute, timeout=timeout)
@@ -216,7 +240,12 @@ def _finish_record(bp: Blueprint, target: Target, result: DeployResult) -> None:
     rec, tracker = result.record, result.tracker
     rec.write_json(
         VERSIONS,
-        {"hpckit": __version__, "ansible-core": ansible_version(), "slurm": result.slurm_version},
+        {
+            "hpckit": __version__,
+            "ansible-core": ansible_version(),
+            "slurm": result.slurm_version,
+            "slurm_install": result.install or {"mode": bp.slurm.install_mode},
+        },
     )
     rec.write_json(
         "summary.json",

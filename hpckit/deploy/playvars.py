@@ -13,6 +13,7 @@ from typing import Any
 from hpckit.blueprint.models import Blueprint
 from hpckit.clusters import SshAccess
 from hpckit.deploy.gpu_vars import merge_gpu_vars
+from hpckit.deploy.install_vars import install_extravars
 from hpckit.deploy.inventory import build_extravars, build_inventory, partition_groups
 from hpckit.deploy.release_vars import release_extravars
 from hpckit.health.deployvars import health_extravars, health_host_vars, slurm_conf_lines
@@ -25,6 +26,7 @@ def build_vars(bp: Blueprint, access: SshAccess) -> tuple[dict[str, Any], dict[s
     inventory, extravars = merge_gpu_vars(bp, build_inventory(bp, access), build_extravars(bp))
     _add_health_host_vars(bp, inventory)
     extravars.update(health_extravars(bp))
+    extravars.update(install_extravars(bp))
     extravars["slurm_conf_overrides"] = with_health_conf(bp, extravars.get("slurm_conf_overrides", {}))
     # Last: the cluster's Slurm release decides which keys are written and which changes restart.
     extravars.update(release_extravars(bp, extravars["slurm_conf_overrides"]))

@@ -16,7 +16,7 @@ from hpckit.lab.node import PRIVATE_ROOTS
 from hpckit.lab.provider import lab_status, lab_up, ssh_identity, visible_in_nodes
 from hpckit.lab.spec import LabSpec
 from hpckit.lab.ssh import NODE_BIN
-from hpckit.paths import PACKAGE_DIR
+from hpckit.paths import PACKAGE_DIR, cache_dir
 from hpckit.proc.ssh import SshTransport
 from hpckit.slurm.connect import ssh_transport
 
@@ -33,7 +33,8 @@ class Target:
     def runtime_extravars(self) -> dict[str, str]:
         """What depends on this machine rather than the blueprint: lab nodes share its filesystem, so the
         login node runs hpckit straight from the interpreter and source tree running this deploy, and the
-        sweep host checks nodes over SSH with the lab's own key."""
+        sweep host checks nodes over SSH with the lab's own key. Lab nodes see this machine's hpckit cache at
+        the same path (hpckit.lab.node), so a Slurm build on a lab controller lands in, and is found in, it."""
         if not self.lab:
             return {}
         return {
@@ -43,6 +44,7 @@ class Target:
             "hpckit_login_bin": f"{NODE_BIN}/hpckit",  # node-private: never this machine's /usr/local/bin
             "hpckit_health_probe_key": self.access.key_file or "",
             "hpckit_health_probe_known_hosts": self.access.known_hosts or "",
+            "slurm_build_cache_dir": str(cache_dir()),
         }
 
     def transport(self, host: str) -> SshTransport:

@@ -1,9 +1,10 @@
 """One node: its private filesystem layers, the boot script its PID 1 runs, launching and stopping it.
 
 A node is `unshare --net --uts --mount --pid --ipc` around /bin/sh running ``boot.sh``, which mounts
-the node's private view (overlays on /etc and the daemons' /var dirs, tmpfs /run and /dev, its own
-/tmp) and then becomes tini, the node's zombie-reaping PID 1. The root filesystem, and so every
-installed package, is the host's.
+the node's private view (overlays on /etc, the daemons' /var dirs and the package-managed trees,
+tmpfs /run and /dev, its own /tmp) and then becomes tini, the node's zombie-reaping PID 1. The host's
+installed packages are every node's base; a package installed or removed inside a node changes that
+node only.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from hpckit.lab import procs
 from hpckit.lab.errors import LabError
 from hpckit.lab.spec import LabNode, LabSpec
 from hpckit.lab.state import LabPaths, NodeRecord
+from hpckit.paths import cache_dir
 from hpckit.proc import CommandResult
 
 # Copy-on-write over the host: a node starts from what the packages installed (MariaDB's system
@@ -40,6 +42,11 @@ SCRATCH_DIRS = {"/tmp": "tmp", "/var/tmp": "var-tmp"}
 # tmpfs, fresh at every boot, like on a real machine.
 TMPFS_DIRS = ("/run", "/dev")
 PRIVATE_ROOTS = (*OVERLAY_DIRS, *SCRATCH_DIRS, *TMPFS_DIRS)
+# What dpkg writes (/bin, /sbin and /lib are links into /usr on Debian 12): copy-on-write too, so that
+# nodes of one lab can run different Slurm releases (a rolling upgrade). Not in PRIVATE_ROOTS: a node
+# reads the host's files there as they are, so an hpckit installed under /usr is still the same in
+# every node, until a package inside the node replaces it.
+PACKAGE_DIRS = ("/usr", "/var/lib/dpkg", "/var/lib/apt", "/var/lib/systemd")
 
 # Runtime dirs daemons expect under /run: (path, mode, owner); owner None means root.
 RUN_DIRS = (
@@ -101,6 +108,11 @@ class NodeDirs:
     def scratch(self, private_dir: str) -> Path:
         return self.root / SCRATCH_DIRS[private_dir]
 
+    @property
+    def cache_hold(self) -> Path:
+        """Where the host's cache is held while the node's overlays cover its path."""
+        return self.root / "hpckit-cache"
+
 
 def _layer_name(private_dir: str) -> str:
     return private_dir.strip("/").replace("/", "-")
@@ -112,7 +124,7 @@ def node_dirs(paths: LabPaths, node: LabNode) -> NodeDirs:
 
 def overlay_dirs() -> tuple[str, ...]:
     """The overlay targets that exist on this host (an absent package dir is simply not overlaid)."""
-    return tuple(d for d in OVERLAY_DIRS if Path(d).is_dir())
+    return tuple(d for d in (*OVERLAY_DIRS, *PACKAGE_DIRS) if Path(d).is_dir())
 
 
 def prepare_dirs(dirs: NodeDirs) -> None:
@@ -127,6 +139,8 @@ def prepare_dirs(dirs: NodeDirs) -> None:
         scratch = dirs.scratch(private_dir)
         scratch.mkdir(parents=True, exist_ok=True)
         scratch.chmod(0o1777)
+    dirs.cache_hold.mkdir(exist_ok=True)
+    cache_dir().mkdir(parents=True, exist_ok=True)
 
 
 def mirror_owner_mode(source: Path, target: Path) -> None:
@@ -184,12 +198,17 @@ def boot_script(spec: LabSpec, paths: LabPaths, node: LabNode) -> str:
         "# Everything mounted here is private to the node and vanishes with it.",
         "set -eu",
     ]
+    # hpckit's cache (sources, built packages) is the host's in every node: a build on a lab controller
+    # is kept for the next lab, and one already on the host is used.
+    hold, cache = q(str(dirs.cache_hold)), q(str(cache_dir()))
+    lines.append(f"mount --bind {cache} {hold}")
     for d in overlay_dirs():
         options = f"lowerdir={d},upperdir={dirs.upper(d)},workdir={dirs.work(d)}"
         lines.append(f"mount -t overlay hpckit-{_layer_name(d)} -o {q(options)} {d}")
     lines += _run_lines()
     lines += _sys_lines()
     lines += [f"mount --bind {q(str(dirs.scratch(d)))} {d}" for d in SCRATCH_DIRS]
+    lines += [f"mkdir -p {cache}", f"mount --move {hold} {cache}"]
     lines += _dev_lines(node)
     lines += _home_lines()
     for shared in spec.shared_dirs:
