@@ -4,8 +4,10 @@ own Debian packaging. Every node reports 24.11.5, a job runs across the four nod
 shows it, the record says what was built and installed, the box itself keeps its own Slurm (each node's /usr is
 its own), and a second deploy builds and changes nothing.
 
-With hpckit's package cache empty (a fresh CI machine) the first deploy builds: ~15 min on this 2-core box,
-which is why the deploy has an hour. With the build cached it takes about two minutes.
+With hpckit's package cache empty (a fresh CI machine) the first deploy builds on the lab's controller, or waits
+for scripts/build-slurm.sh's build when scripts/test.sh started one: the whole file took 1304 s so on this 2-core
+box under load 4-9 (the build itself 905 s at load 2-5), which is why the deploy has an hour. With the build
+cached, the deploy installs the packages and the file takes a few minutes.
 """
 
 from __future__ import annotations
