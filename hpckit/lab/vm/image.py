@@ -244,6 +244,10 @@ def _configure(tree: Path) -> None:
     present = [u for u in guest.DISABLED_UNITS if _unit_exists(tree, u)]
     _checked(["chroot", str(tree), "systemctl", "disable", *present], "disabling the image's idle units")
     _checked(["chroot", str(tree), "apt-get", "clean"], "cleaning apt's cache in the image")
+    # What systemd would do on each machine's first boot (ConditionNeedsUpdate), done once here.
+    _checked(["chroot", str(tree), "journalctl", "--update-catalog"], "building the journal's catalog")
+    for stamp in ("etc/.updated", "var/.updated"):
+        (tree / stamp).touch()
 
 
 def _unit_exists(tree: Path, unit: str) -> bool:
