@@ -3,11 +3,11 @@ and the VM host packages; software emulation on this box's cores).
 
 1. image: `ensure_image` with nothing cached (cold: debootstrap, packages, /opt/hpckit, disk), with the
    debootstrapped system cached (what a change to hpckit's files in the image costs), and with the image
-   cached (a lookup); --no-cold skips the cold build;
+   cached (a lookup);
 2. boot to SSH: `vm_up` of 1 machine, then of 4, from nothing to every sshd answering (the image cached),
    each taken down again; the machine's load average is recorded beside, the box being shared.
 
-Run: python benchmarks/bench_vm.py [--no-record] [--no-cold] [--net 10.78.131]
+Run: python benchmarks/bench_vm.py [--no-record] [--part image|boot|all] [--net 10.78.131]
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 
@@ -62,38 +62,49 @@ def timed_boot(count: int, net: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--no-record", action="store_true", help="print only, leave RESULTS.md alone")
-    parser.add_argument("--no-cold", action="store_true", help="skip the cold image build")
+    parser.add_argument("--part", choices=("image", "boot", "all"), default="all", help="which half to run")
     parser.add_argument("--net", default="10.78.131", help="the /24 the machines use (first three octets)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("VM labs need root")
-    steps: list[tuple[str, Callable[[], float]]] = []
-    if not args.no_cold:
-        steps.append(("image build, cold", lambda: timed_image(("system", "image"))))
-    steps.append(("image build on the cached system (hpckit's files changed)", lambda: timed_image(("image",))))
-    steps.append(("image build, cached", lambda: timed_image(())))
-    steps += [(f"boot to SSH, {n} machine{'s' if n > 1 else ''}", partial(timed_boot, n, args.net)) for n in (1, 4)]
+    if args.part in ("image", "all"):
+        image_steps: list[tuple[str, Callable[[], float]]] = [
+            ("cold: debootstrap, packages, /opt/hpckit, disk", lambda: timed_image(("system", "image"))),
+            ("on the cached system (hpckit's files in the image changed)", lambda: timed_image(("image",))),
+            ("cached", lambda: timed_image(())),
+        ]
+        intro = "`ensure_image`: Debian 13 by debootstrap with every package the roles install and /opt/hpckit."
+        report("vm-image", "VM labs: the image", intro, image_steps, not args.no_record)
+    if args.part in ("boot", "all"):
+        boot_steps = [(f"{n} machine{'s' if n > 1 else ''}", partial(timed_boot, n, args.net)) for n in (1, 4)]
+        intro = (
+            "`vm_up` from nothing to every sshd answering (image cached); qemu software emulation "
+            "(tcg, tb-size=64), 1 vCPU per machine; then `lab_down`."
+        )
+        report("vm-boot", "VM labs: boot to SSH", intro, boot_steps, not args.no_record)
+
+
+def report(name: str, title: str, intro: str, steps: Sequence[tuple[str, Callable[[], float]]], keep: bool) -> None:
     rows = []
     for what, run in steps:
         load = os.getloadavg()[0]  # before the step: what the box was doing besides
-        rows.append((what, run(), load))
-    lines = [f"| {what} | {took:.1f} s | {load:.1f} |" for what, took, load in rows]
+        took = run()
+        rows.append(f"| {what} | {took:.1f} s | {load:.1f} |")
     body = "\n".join(
         [
-            "## VM labs: image and boot (`benchmarks/bench_vm.py`)",
+            f"## {title} (`benchmarks/bench_vm.py --part {name.removeprefix('vm-')}`)",
             "",
-            "Debian 13 image (debootstrap, every package the roles install, /opt/hpckit) and `vm_up` from",
-            "nothing to every sshd answering; qemu software emulation (tcg, tb-size=64), 1 vCPU per machine.",
+            intro,
             "The box is shared: the load average (1 min) at the start of each step is beside it.",
             "",
             "| step | time | load |",
             "| --- | --- | --- |",
-            *lines,
+            *rows,
         ]
     )
-    print(body)
-    if not args.no_record:
-        record("vm", body)
+    print(body, flush=True)
+    if keep:
+        record(name, body)
 
 
 if __name__ == "__main__":
