@@ -34,10 +34,11 @@ STATE_ROOT = Path("/var/lib/hpckit/lab-bench-vm")
 def timed_image(drop: tuple[str, ...]) -> float:
     """`ensure_image` with ``drop`` ("system": the debootstrapped system, "image": the image) taken from the cache."""
     recipe = image.default_recipe()
-    if "system" in drop:
-        shutil.rmtree(image.images_root() / "debootstrap" / recipe.system_key, ignore_errors=True)
-    if "image" in drop:
-        shutil.rmtree(image.images_root() / recipe.key, ignore_errors=True)
+    with image.images_locked():  # never under another process's build
+        if "system" in drop:
+            shutil.rmtree(image.images_root() / "debootstrap" / recipe.system_key, ignore_errors=True)
+        if "image" in drop:
+            shutil.rmtree(image.images_root() / recipe.key, ignore_errors=True)
     start = time.monotonic()
     ensure_image(recipe, log=lambda line: print(f"  {line}", flush=True))
     return time.monotonic() - start

@@ -14,19 +14,20 @@ is a virtualenv at /opt/hpckit with hpckit's dependencies, for the login node's 
 
 from __future__ import annotations
 
+import fcntl
 import glob
 import hashlib
 import json
 import os
 import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
 from hpckit import proc
-from hpckit.lab import guards
 from hpckit.lab.errors import LabError
 from hpckit.lab.vm import guest
 from hpckit.lab.vm.mirror import debian_mirror
@@ -161,7 +162,7 @@ def ensure_image(recipe: Recipe | None = None, root: Path | None = None, log: Lo
     if os.geteuid() != 0:
         raise LabError("building the VM image needs root (debootstrap)")
     say = log or (lambda _: None)
-    with guards.locked(root):  # one build at a time on this machine
+    with images_locked(root):
         if image.complete:  # another process built it while this one waited
             return image
         started = time.monotonic()
@@ -328,3 +329,16 @@ def _unmount_below(folder: Path) -> None:
     mounts = [line.split()[1] for line in Path("/proc/mounts").read_text(encoding="utf-8").splitlines()]
     for point in sorted((m for m in mounts if m.startswith(prefix)), key=len, reverse=True):
         _checked(["umount", "--lazy", point], f"unmounting {point}")
+
+
+@contextmanager
+def images_locked(root: Path | None = None) -> Iterator[None]:
+    """One change to the image cache at a time on this machine (a build, or a benchmark emptying it)."""
+    lock_file = (root or images_root()) / ".lock"
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
