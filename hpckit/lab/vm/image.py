@@ -14,20 +14,20 @@ is a virtualenv at /opt/hpckit with hpckit's dependencies, for the login node's 
 
 from __future__ import annotations
 
-import fcntl
 import glob
 import hashlib
 import json
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
 from hpckit import proc
+from hpckit.lab import guards
 from hpckit.lab.errors import LabError
 from hpckit.lab.vm import guest
 from hpckit.lab.vm.mirror import debian_mirror
@@ -331,14 +331,6 @@ def _unmount_below(folder: Path) -> None:
         _checked(["umount", "--lazy", point], f"unmounting {point}")
 
 
-@contextmanager
-def images_locked(root: Path | None = None) -> Iterator[None]:
+def images_locked(root: Path | None = None) -> AbstractContextManager[None]:
     """One change to the image cache at a time on this machine (a build, or a benchmark emptying it)."""
-    lock_file = (root or images_root()) / ".lock"
-    lock_file.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
+    return guards.locked(root or images_root())
