@@ -31,6 +31,7 @@ from hpckit.lab import (
 from hpckit.lab.state import LabPaths
 from hpckit.lab.vm import machines
 from hpckit.lab.vm import net as vmnet
+from hpckit.proc import TransportError
 
 CLUSTER = "pytest-vm"
 STATE_ROOT = Path("/var/lib/hpckit/lab-pytest-vm")
@@ -110,12 +111,15 @@ def test_a_reboot_inside_brings_the_machine_back(vms: LabStatus) -> None:
     record = machines.load_record(LabPaths.of(STATE_ROOT, CLUSTER), "vm2")
     assert record is not None
     boot_id = out("vm2", "cat", "/proc/sys/kernel/random/boot_id")
-    lab_exec(CLUSTER, "vm2", ["systemctl", "reboot"], state_root=STATE_ROOT, timeout=60)
+    lab_exec(CLUSTER, "vm2", ["systemctl", "reboot", "--no-block"], state_root=STATE_ROOT, timeout=60)
     deadline = time.monotonic() + 600
     while True:
         assert time.monotonic() < deadline, "vm2 did not come back after a reboot"
         time.sleep(5)
-        again = lab_exec(CLUSTER, "vm2", ["cat", "/proc/sys/kernel/random/boot_id"], state_root=STATE_ROOT, timeout=30)
+        try:
+            again = lab_exec(CLUSTER, "vm2", ["cat", "/proc/sys/kernel/random/boot_id"], state_root=STATE_ROOT)
+        except TransportError:
+            continue  # going down, or not up yet
         if again.rc == 0 and again.stdout.strip() != boot_id:
             break
     assert procs.is_alive(record.pid, record.start)  # the same qemu: the machine rebooted, not restarted
