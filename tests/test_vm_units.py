@@ -97,7 +97,7 @@ def test_default_recipe_has_every_role_package() -> None:
     recipe = image.default_recipe()
     for package in ("slurmctld", "slurmd", "slurmdbd", "slurm-client", "munge", "mariadb-server"):
         assert package in recipe.packages
-    for package in ("nfs-kernel-server", "nfs-common", "python3-venv", "python3-pymysql", "openssh-server"):
+    for package in ("nfs-kernel-server", "nfs-common", "python3-venv", "python3-pymysql", "python3-packaging"):
         assert package in recipe.packages
     assert any(r.startswith("click") for r in recipe.python_requirements)
     assert not any("pytest" in r for r in recipe.python_requirements)  # extras stay out

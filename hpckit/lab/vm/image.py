@@ -58,6 +58,7 @@ PACKAGES = (
     "python3-apt",
     "python3-venv",
     "python3-pymysql",
+    "python3-packaging",  # Ansible's pip module (hpckit_login installs the wheel with it)
     "sudo",
     "rsync",
     # Slurm 24.11 and its authentication / accounting stack
