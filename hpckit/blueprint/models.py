@@ -86,7 +86,24 @@ class LabProvider(Strict):
         return value
 
 
-Provider = Annotated[StaticProvider | LabProvider, Field(discriminator="type")]
+class VmProvider(Strict):
+    """Every host becomes a virtual machine on this box, with its own kernel and systemd (`hpckit lab`)."""
+
+    type: Literal["vm"]
+    subnet: str = Field("10.78.0.0/24", description="the machines' subnet; this box takes the first address")
+    # This box's end of the link into the lab's network namespace; the same rule as the lab's bridge.
+    bridge: str = Field("hpkvm0", pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,8}$", description="at most 9 characters")
+    memory_mib: int = Field(1024, ge=512, le=16384, description="memory of each machine")
+    controller_memory_mib: int = Field(1536, ge=512, le=16384, description="the controller's (MariaDB, slurmdbd)")
+    cpus: int = Field(1, ge=1, le=4, description="virtual CPUs of each machine (emulated: few is faster)")
+
+    @field_validator("subnet")
+    @classmethod
+    def _subnet(cls, value: str) -> str:
+        return LabProvider._subnet(value)
+
+
+Provider = Annotated[StaticProvider | LabProvider | VmProvider, Field(discriminator="type")]
 
 
 # --- hosts and hardware --------------------------------------------------------------------------------
