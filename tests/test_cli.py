@@ -27,7 +27,7 @@ def test_version() -> None:
 def test_validate_examples(repo: Path) -> None:
     done = run("validate", *(str(p) for p in sorted((repo / "blueprints").glob("*.yaml"))))
     assert done.returncode == 0, done.stderr
-    assert "2 blueprint(s) valid" in done.stdout
+    assert "3 blueprint(s) valid" in done.stdout
 
 
 def test_validate_broken_exits_2_with_every_problem(data_dir: Path) -> None:

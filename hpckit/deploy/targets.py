@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpckit.blueprint.models import Blueprint, StaticProvider
@@ -29,24 +30,38 @@ class Target:
     lab: bool
     # Lab hosts of the blueprint whose machine is not running (a plan leaves them so; deploy starts them).
     not_started: tuple[str, ...] = ()
+    # What depends on this machine rather than the blueprint (lab_extravars, vm_extravars).
+    runtime: Mapping[str, str] = field(default_factory=dict)
 
     def runtime_extravars(self) -> dict[str, str]:
-        """What depends on this machine rather than the blueprint: lab nodes share its filesystem, so the
-        login node runs hpckit straight from the interpreter and source tree running this deploy, and the
-        sweep host checks nodes over SSH with the lab's own key."""
-        if not self.lab:
-            return {}
-        return {
-            "hpckit_install_mode": "shared",
-            "hpckit_python": sys.executable,
-            "hpckit_source": str(PACKAGE_DIR.parent),
-            "hpckit_login_bin": f"{NODE_BIN}/hpckit",  # node-private: never this machine's /usr/local/bin
-            "hpckit_health_probe_key": self.access.key_file or "",
-            "hpckit_health_probe_known_hosts": self.access.known_hosts or "",
-        }
+        return dict(self.runtime)
 
     def transport(self, host: str) -> SshTransport:
         return ssh_transport(self.access, self.addresses.get(host, host), host)
+
+
+def lab_extravars(access: SshAccess) -> dict[str, str]:
+    """Lab nodes share this machine's filesystem, so the login node runs hpckit straight from the interpreter
+    and source tree running this deploy, and the sweep host checks nodes over SSH with the lab's own key."""
+    return {
+        "hpckit_install_mode": "shared",
+        "hpckit_python": sys.executable,
+        "hpckit_source": str(PACKAGE_DIR.parent),
+        "hpckit_login_bin": f"{NODE_BIN}/hpckit",  # node-private: never this machine's /usr/local/bin
+        "hpckit_health_probe_key": access.key_file or "",
+        "hpckit_health_probe_known_hosts": access.known_hosts or "",
+    }
+
+
+def vm_extravars(wheel: Path) -> dict[str, str]:
+    """VMs have a filesystem of their own and no network beyond the cluster's: the login node and the compute
+    nodes (which run the health checks) pip-install the wheel of this checkout into the image's virtualenv,
+    which holds hpckit's dependencies already, without an index."""
+    return {
+        "hpckit_install_mode": "wheel",
+        "hpckit_login_wheel": str(wheel),
+        "hpckit_login_pip_extra_args": "--no-index --no-deps",
+    }
 
 
 def check_lab_can_run_hpckit() -> None:
@@ -93,4 +108,4 @@ def prepare_target(bp: Blueprint, *, bring_up_lab: bool = True) -> Target:
         not_started = ()
     ident = ssh_identity(spec.cluster, spec.state_root)
     access = SshAccess(ident.user, 22, str(ident.private_key), str(ident.known_hosts))
-    return Target(bp.cluster_name, access, addresses, lab=True, not_started=not_started)
+    return Target(bp.cluster_name, access, addresses, lab=True, not_started=not_started, runtime=lab_extravars(access))
