@@ -76,7 +76,18 @@ def checkout_wheel(root: Path | None = None) -> Path:
             dest = src / path.relative_to(root)
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, dest)
-        argv = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(src)]
+        argv = [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(out),
+            str(src),
+        ]
         run(argv, timeout=600).check("building the hpckit wheel")
         wheel = next(out.glob("hpckit-*.whl"))
         # Renamed into place whole: a concurrent deploy sees either no folder or a complete one.
