@@ -1,0 +1,49 @@
+"""Helpers for tests that start VM clusters (root, qemu, the lab's packages)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.labutil import lab_skip_reason
+
+VM_TOOLS = ("qemu-system-x86_64", "qemu-img", "debootstrap")
+
+
+def vm_skip_reason() -> str | None:
+    reason = lab_skip_reason()
+    if reason is not None:
+        return reason
+    missing = [tool for tool in VM_TOOLS if shutil.which(tool) is None]
+    if missing:
+        return f"VM host packages missing: {' '.join(missing)} (bash scripts/install.sh)"
+    return None
+
+
+def needs_vms() -> pytest.MarkDecorator:
+    reason = vm_skip_reason()
+    return pytest.mark.skipif(reason is not None, reason=reason or "")
+
+
+def leftovers(cluster: str, bridge: str, state: Path) -> list[str]:
+    """What a VM cluster may leave on this machine: qemu processes, its network namespace, links named
+    after its bridge (taps, the veth), disk overlays under its state folder."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and b"qemu-system" in argv[0] and any(cluster.encode() in arg for arg in argv):
+            found.append(f"qemu process {proc.name}")
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False).stdout
+    found += [f"network namespace {line.split()[0]}" for line in netns.splitlines() if cluster in line]
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=False).stdout
+    found += [f"link {line.split(':')[1].strip()}" for line in links.splitlines() if bridge in line]
+    found += [f"overlay {p}" for p in state.rglob("*.qcow2")]
+    return found
