@@ -84,7 +84,7 @@ def test_vm_slurm_conf_has_the_production_settings(bp: Blueprint) -> None:
         "HealthCheckProgram=/etc/hpckit/health-check",
         "ScronParameters=enable",
         "AccountingStorageType=accounting_storage/slurmdbd",
-        "NodeName=node[1-2] NodeAddr=10.78.0.[21-22] CPUs=2 Sockets=1 CoresPerSocket=2 ThreadsPerCore=1 "
+        "NodeName=node[1-2] NodeAddr=10.78.0.[21-22] CPUs=1 Sockets=1 CoresPerSocket=1 ThreadsPerCore=1 "
         "RealMemory=700 State=UNKNOWN",
     ):
         assert wanted in lines, wanted

@@ -66,39 +66,41 @@ class StaticProvider(Strict):
     ssh: SshAccess = SshAccess()
 
 
-def _lab_subnet(value: str) -> str:
-    try:
-        net = ipaddress.IPv4Network(value, strict=True)
-    except ValueError as exc:
-        raise ValueError(f"not an IPv4 subnet: {exc}") from None
-    if net.num_addresses < 8:
-        raise ValueError("subnet too small for a lab")
-    return value
-
-
-# Node links are named <bridge>v<N>; Linux caps interface names at 15 characters.
-Bridge = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,8}$", description="at most 9 characters")]
-
-
 class LabProvider(Strict):
     """Every host becomes a namespace machine on this box (`hpckit lab`)."""
 
     type: Literal["lab"]
-    subnet: Annotated[str, AfterValidator(_lab_subnet)] = Field(
-        "10.77.0.0/24", description="bridge subnet; the host side takes the first address"
-    )
-    bridge: Bridge = "hpck0"
+    subnet: str = Field("10.77.0.0/24", description="bridge subnet; the host side takes the first address")
+    # Node links are named <bridge>v<N>; Linux caps interface names at 15 characters.
+    bridge: str = Field("hpck0", pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,8}$", description="at most 9 characters")
+
+    @field_validator("subnet")
+    @classmethod
+    def _subnet(cls, value: str) -> str:
+        try:
+            net = ipaddress.IPv4Network(value, strict=True)
+        except ValueError as exc:
+            raise ValueError(f"not an IPv4 subnet: {exc}") from None
+        if net.num_addresses < 8:
+            raise ValueError("subnet too small for a lab")
+        return value
 
 
 class VmProvider(Strict):
-    """Every host becomes a virtual machine on this box (Debian 13, its own kernel and systemd), on a bridge
-    inside a network namespace of hpckit's own (`hpckit lab`)."""
+    """Every host becomes a virtual machine on this box, with its own kernel and systemd (`hpckit lab`)."""
 
     type: Literal["vm"]
-    subnet: Annotated[str, AfterValidator(_lab_subnet)] = Field(
-        "10.78.0.0/24", description="bridge subnet; the host side takes the first address"
-    )
-    bridge: Bridge = "hpcv0"
+    subnet: str = Field("10.78.0.0/24", description="the machines' subnet; this box takes the first address")
+    # This box's end of the link into the lab's network namespace; the same rule as the lab's bridge.
+    bridge: str = Field("hpkvm0", pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,8}$", description="at most 9 characters")
+    memory_mib: int = Field(1024, ge=512, le=16384, description="memory of each machine")
+    controller_memory_mib: int = Field(1536, ge=512, le=16384, description="the controller's (MariaDB, slurmdbd)")
+    cpus: int = Field(1, ge=1, le=4, description="virtual CPUs of each machine (emulated: few is faster)")
+
+    @field_validator("subnet")
+    @classmethod
+    def _subnet(cls, value: str) -> str:
+        return LabProvider._subnet(value)
 
 
 Provider = Annotated[StaticProvider | LabProvider | VmProvider, Field(discriminator="type")]

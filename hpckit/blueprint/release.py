@@ -29,7 +29,8 @@ def raw_slurm_release(data: Any) -> Version | None:
     version = slurm.get("version") if isinstance(slurm, dict) else None
     if version is None:
         provider = data.get("provider") if isinstance(data, dict) else None
-        return default_series(provider.get("type") if isinstance(provider, dict) else None)
+        kind = provider.get("type") if isinstance(provider, dict) else None
+        return default_series(kind if isinstance(kind, str) else None)
     try:
         return Version.parse(version_text(version))
     except ReleaseError:

@@ -8,14 +8,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hpckit.blueprint.models import Blueprint, StaticProvider
+from hpckit.blueprint.models import Blueprint, StaticProvider, VmProvider
 from hpckit.clusters import SshAccess
 from hpckit.deploy.inventory import host_entries
-from hpckit.lab.blueprint import spec_from_blueprint
+from hpckit.deploy.wheel import checkout_wheel
+from hpckit.lab.blueprint import spec_from_blueprint, vm_spec_from_blueprint
 from hpckit.lab.errors import LabError
 from hpckit.lab.node import PRIVATE_ROOTS
 from hpckit.lab.provider import lab_status, lab_up, ssh_identity, visible_in_nodes
 from hpckit.lab.spec import LabSpec
+from hpckit.lab.vm.machines import vm_up
 from hpckit.lab.ssh import NODE_BIN
 from hpckit.paths import PACKAGE_DIR
 from hpckit.proc.ssh import SshTransport
@@ -98,6 +100,8 @@ def prepare_target(bp: Blueprint, *, bring_up_lab: bool = True) -> Target:
         ssh = bp.provider.ssh
         key = str(Path(ssh.key).expanduser()) if ssh.key else None
         return Target(bp.cluster_name, SshAccess(ssh.user, ssh.port, key), addresses, lab=False)
+    if isinstance(bp.provider, VmProvider):
+        return _vm_target(bp, addresses, bring_up_lab)
     check_lab_can_run_hpckit()
     spec = spec_from_blueprint(bp)
     not_started, removed = _not_running(spec)
@@ -109,3 +113,17 @@ def prepare_target(bp: Blueprint, *, bring_up_lab: bool = True) -> Target:
     ident = ssh_identity(spec.cluster, spec.state_root)
     access = SshAccess(ident.user, 22, str(ident.private_key), str(ident.known_hosts))
     return Target(bp.cluster_name, access, addresses, lab=True, not_started=not_started, runtime=lab_extravars(access))
+
+
+def _vm_target(bp: Blueprint, addresses: dict[str, str], bring_up: bool) -> Target:
+    """As the lab's, with virtual machines: started when missing (the image is built first when the cache
+    lacks it), reached with the VM lab's key; their hpckit is a wheel of this checkout."""
+    spec = vm_spec_from_blueprint(bp)
+    not_started, removed = _not_running(spec.lab)
+    if bring_up and (not_started or removed):
+        vm_up(spec)
+        not_started = ()
+    ident = ssh_identity(spec.cluster, spec.lab.state_root)
+    access = SshAccess(ident.user, 22, str(ident.private_key), str(ident.known_hosts))
+    runtime = vm_extravars(checkout_wheel())
+    return Target(bp.cluster_name, access, addresses, lab=False, not_started=not_started, runtime=runtime)
