@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Install everything hpckit and its tests need on a fresh Debian 12 machine (run as root):
-# Debian packages for the lab (Slurm, munge, MariaDB, sshd ...), SchedMD's Slurm source in hpckit's cache, then a
-# virtualenv in .venv with hpckit.
+# Debian packages for the lab (Slurm, munge, MariaDB, sshd ...) and for VM labs (qemu, debootstrap), SchedMD's
+# Slurm source in hpckit's cache, then a virtualenv in .venv with hpckit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
 
 need_apt=(python3 python3-venv python3-pip git iproute2 procps)
-if [[ -f hpckit/data/lab-packages.txt ]]; then
-  mapfile -t lab_pkgs < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' hpckit/data/lab-packages.txt)
-  need_apt+=("${lab_pkgs[@]}")
-fi
+for list in hpckit/data/lab-packages.txt hpckit/data/vm-packages.txt; do
+  if [[ -f $list ]]; then
+    mapfile -t lab_pkgs < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$list")
+    need_apt+=("${lab_pkgs[@]}")
+  fi
+done
 missing=()
 for pkg in "${need_apt[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -154,10 +154,11 @@ class _Checker:
 
     def _lab_subnet(self) -> ipaddress.IPv4Network | None:
         prov = self.data.get("provider")
-        if not isinstance(prov, dict) or prov.get("type") != "lab":
+        defaults = {"lab": "10.77.0.0/24", "vm": "10.78.0.0/24"}  # the providers' default subnets
+        if not isinstance(prov, dict) or prov.get("type") not in defaults:
             return None
         try:
-            return ipaddress.IPv4Network(str(prov.get("subnet", "10.77.0.0/24")))
+            return ipaddress.IPv4Network(str(prov.get("subnet", defaults[str(prov.get("type"))])))
         except ValueError:
             return None
 

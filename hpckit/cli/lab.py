@@ -46,7 +46,8 @@ cluster_option = click.option("--cluster", "-c", help="the lab's name (default: 
 
 @click.group("lab")
 def lab() -> None:
-    """Linux-namespace machines on this box: each node has its own IP, hostname, /etc and sshd."""
+    """Machines on this box: Linux namespaces (each node its own IP, hostname, /etc and sshd) or virtual
+    machines with their own kernel and systemd."""
 
 
 @lab.command()
@@ -61,13 +62,18 @@ def lab() -> None:
 @state_root_option
 @_lab_errors
 def up(blueprint: Path | None, spec_file: Path | None, install_missing: bool, state_root: Path) -> None:
-    """Bring up the lab a BLUEPRINT (provider type `lab`) describes; nodes already up stay up."""
-    spec = dataclasses.replace(_spec_from_args(blueprint, spec_file), state_root=state_root)
-    missing = labkit.missing_packages()
+    """Bring up the lab a BLUEPRINT (provider type `lab`: namespaces, `vm`: virtual machines) describes;
+    nodes already up stay up."""
+    spec = _spec_from_args(blueprint, spec_file)
+    vm = isinstance(spec, labkit.VmSpec)
+    missing = labkit.missing_vm_packages() if vm else labkit.missing_packages()
     if missing and install_missing:
         click.echo(f"installing {' '.join(missing)} ...", err=True)
         labkit.install_packages(missing)
-    _print_status(labkit.lab_up(spec))
+    if isinstance(spec, labkit.VmSpec):
+        _print_status(labkit.vm_up(spec.with_state_root(state_root), log=lambda line: click.echo(line, err=True)))
+    else:
+        _print_status(labkit.lab_up(dataclasses.replace(spec, state_root=state_root)))
 
 
 @lab.command()
@@ -119,6 +125,17 @@ def install_packages() -> None:
     click.echo(f"installed: {' '.join(installed)}" if installed else "all lab packages are installed")
 
 
+@lab.command("image")
+@click.option("--build/--no-build", default=True, show_default=True, help="build the image when the cache lacks it")
+@_lab_errors
+def image(build: bool) -> None:
+    """Print the folder of the VM labs' Debian 13 image (base.qcow2, vmlinuz, initrd.img), building it first."""
+    found = labkit.ensure_image(log=lambda line: click.echo(line, err=True)) if build else labkit.cached_image()
+    if found is None:
+        raise labkit.LabError("the VM image is not built yet (`hpckit lab image` builds it)")
+    click.echo(str(found.folder))
+
+
 @lab.command("ssh-args")
 @cluster_option
 @state_root_option
@@ -129,13 +146,19 @@ def ssh_args(cluster: str | None, state_root: Path) -> None:
     click.echo(" ".join(identity.ssh_options()))
 
 
-def _spec_from_args(blueprint: Path | None, spec_file: Path | None) -> labkit.LabSpec:
+def _spec_from_args(blueprint: Path | None, spec_file: Path | None) -> labkit.LabSpec | labkit.VmSpec:
     if (blueprint is None) == (spec_file is None):
         raise labkit.LabError("give either a BLUEPRINT or --spec FILE")
     if spec_file is not None:
-        return labkit.LabSpec.from_json(spec_file.read_text(encoding="utf-8"), origin=str(spec_file))
+        text = spec_file.read_text(encoding="utf-8")
+        if '"lab"' in text:  # a VM lab's vm.json holds its machines under "lab"
+            return labkit.VmSpec.from_json(text, origin=str(spec_file))
+        return labkit.LabSpec.from_json(text, origin=str(spec_file))
     assert blueprint is not None
-    return labkit.spec_from_blueprint(_load_blueprint(blueprint))
+    bp = _load_blueprint(blueprint)
+    if getattr(bp.provider, "type", None) == "vm":
+        return labkit.vm_spec_from_blueprint(bp)
+    return labkit.spec_from_blueprint(bp)
 
 
 def _load_blueprint(path: Path) -> BlueprintLike:

@@ -1,4 +1,4 @@
-"""From a blueprint whose provider is `lab` to a LabSpec.
+"""From a blueprint whose provider is `lab` to a LabSpec (or `vm` to a VmSpec).
 
 Typed against the few blueprint attributes it reads (structural Protocols), so the lab does not
 depend on the blueprint package's classes: controller, login hosts and compute nodes become nodes
@@ -16,6 +16,8 @@ from typing import Protocol
 
 from hpckit.lab.errors import LabError
 from hpckit.lab.spec import DEFAULT_STATE_ROOT, LabNode, LabSpec
+from hpckit.lab.vm import spec as vmspec
+from hpckit.lab.vm.spec import VmSpec
 
 FIRST_AUTO_OFFSET = 10
 
@@ -68,9 +70,7 @@ def spec_from_blueprint(bp: BlueprintLike, state_root: Path = DEFAULT_STATE_ROOT
         raise LabError(f"blueprint {bp.name!r} has provider {getattr(provider, 'type', '?')!r}, not 'lab'")
     subnet = str(getattr(provider, "subnet", "10.77.0.0/24"))
     bridge = str(getattr(provider, "bridge", "hpck0"))
-    declared = _declared_hosts(bp)
-    addresses = _assign_addresses(declared, subnet)
-    nodes = tuple(LabNode(name, addresses[name], gpus) for name, (_, gpus) in declared.items())
+    nodes = blueprint_nodes(bp, subnet)
     shared = tuple(dict.fromkeys(fs.mount for fs in bp.filesystems))
     return LabSpec(
         cluster=bp.name,
@@ -80,6 +80,33 @@ def spec_from_blueprint(bp: BlueprintLike, state_root: Path = DEFAULT_STATE_ROOT
         shared_dirs=shared,
         state_root=state_root,
     )
+
+
+def vm_spec_from_blueprint(bp: BlueprintLike, state_root: Path = DEFAULT_STATE_ROOT) -> VmSpec:
+    """The VM lab a blueprint with ``provider: {type: vm}`` describes: one machine per host; the
+    controller (MariaDB, slurmdbd, the NFS server) gets the provider's controller_memory_mib."""
+    provider = bp.provider
+    if getattr(provider, "type", None) != "vm":
+        raise LabError(f"blueprint {bp.name!r} has provider {getattr(provider, 'type', '?')!r}, not 'vm'")
+    subnet = str(getattr(provider, "subnet", vmspec.DEFAULT_SUBNET))
+    nodes = tuple(LabNode(n.name, n.address) for n in blueprint_nodes(bp, subnet))
+    bridge = str(getattr(provider, "bridge", vmspec.DEFAULT_LINK))
+    lab = LabSpec(cluster=bp.name, nodes=nodes, subnet=subnet, bridge=bridge, state_root=state_root)
+    controller_mib = int(getattr(provider, "controller_memory_mib", vmspec.DEFAULT_MEMORY_MIB))
+    return VmSpec(
+        lab,
+        memory_mib={bp.controller.host: controller_mib},
+        default_memory_mib=int(getattr(provider, "memory_mib", vmspec.DEFAULT_MEMORY_MIB)),
+        cpus=int(getattr(provider, "cpus", 1)),
+    )
+
+
+def blueprint_nodes(bp: BlueprintLike, subnet: str) -> tuple[LabNode, ...]:
+    """Every host of the blueprint once, in declaration order, with its address (given, or the subnet's next
+    free one from .10 up) and GPU count."""
+    declared = _declared_hosts(bp)
+    addresses = _assign_addresses(declared, subnet)
+    return tuple(LabNode(name, addresses[name], gpus) for name, (_, gpus) in declared.items())
 
 
 def _declared_hosts(bp: BlueprintLike) -> dict[str, tuple[str | None, int]]:

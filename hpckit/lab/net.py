@@ -36,13 +36,13 @@ def link_exists(name: str) -> bool:
     return name in _links()
 
 
-def check_host_network(spec: LabSpec) -> None:
-    """Refuse a subnet that any host interface other than the lab's bridge already uses."""
+def check_subnet_free(spec: LabSpec, own_link: str) -> None:
+    """Refuse a subnet that a host route other than through ``own_link`` (the lab's own host side) covers."""
     network = spec.network
     routes = json.loads(run_ip(["-j", "-4", "route", "show", "table", "all"], "listing host routes") or "[]")
     for route in routes:
         dst = str(route.get("dst", "default"))
-        if dst == "default" or route.get("dev") == spec.bridge:
+        if dst == "default" or route.get("dev") == own_link:
             continue
         try:
             other = ipaddress.ip_network(dst, strict=False)
@@ -53,6 +53,11 @@ def check_host_network(spec: LabSpec) -> None:
                 f"subnet {network} of lab {spec.cluster!r} collides with the host's route to {dst} "
                 f"on {route.get('dev', '?')}; pick another subnet"
             )
+
+
+def check_host_network(spec: LabSpec) -> None:
+    """Refuse a subnet that any host interface other than the lab's bridge already uses."""
+    check_subnet_free(spec, spec.bridge)
     links = _links()
     link = links.get(spec.bridge)
     if link is not None and link.get("linkinfo", {}).get("info_kind") != "bridge":

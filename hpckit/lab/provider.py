@@ -6,60 +6,26 @@ process. Calls that change a lab hold a lock on the state root.
 
 from __future__ import annotations
 
-import fcntl
-import os
 import shutil
-import socket
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TypeVar
 
-from hpckit.lab import etcfiles, net, node, procs, ssh, state
+from hpckit.lab import etcfiles, guards, net, node, procs, ssh, state
 from hpckit.lab.errors import LabError
 from hpckit.lab.packages import missing_packages
 from hpckit.lab.spec import DEFAULT_STATE_ROOT, LabNode, LabSpec
 from hpckit.lab.ssh import SshIdentity
 from hpckit.lab.state import LabPaths, NodeRecord
+from hpckit.lab.status import LabStatus, NodeStatus
+from hpckit.lab.vm import machines
 from hpckit.proc import CommandResult
 
 SSHD_WAIT_S = 30.0
 _MAX_PARALLEL = 8
 _T = TypeVar("_T")
-
-
-@dataclass(frozen=True)
-class NodeStatus:
-    name: str
-    address: str
-    gpus: int
-    up: bool
-    pid: int | None  # host pid of the node's PID 1 (tini)
-    sshd: bool  # an SSH server answers on address:22
-
-
-@dataclass(frozen=True)
-class LabStatus:
-    cluster: str
-    bridge: str
-    subnet: str
-    host_address: str
-    state_dir: Path
-    nodes: tuple[NodeStatus, ...]
-
-    @property
-    def all_up(self) -> bool:
-        """Every node runs and answers SSH."""
-        return all(n.up and n.sshd for n in self.nodes)
-
-    def node(self, name: str) -> NodeStatus:
-        for status in self.nodes:
-            if status.name == name:
-                return status
-        raise LabError(f"lab {self.cluster!r} has no node {name!r}")
 
 
 # ---------------------------------------------------------------- up
@@ -70,17 +36,19 @@ def lab_up(spec: LabSpec) -> LabStatus:
 
     Nodes of an earlier `up` that ``spec`` no longer lists are stopped and forgotten.
     """
-    _require_root()
+    guards.require_root()
     missing = missing_packages()
     if missing:
         raise LabError(f"the lab needs these host packages: {' '.join(missing)} (run `hpckit lab install-packages`)")
     if _under_private_root(str(spec.state_root)):
         raise LabError(f"state root {spec.state_root} lies in a directory each node replaces with its own")
     paths = LabPaths.of(spec.state_root, spec.cluster)
-    with _locked(spec.state_root):
+    with guards.locked(spec.state_root):
+        if machines.is_vm_lab(spec.cluster, spec.state_root):
+            raise LabError(f"lab {spec.cluster!r} is a VM lab; run `hpckit lab down` first")
         records = _adopt_previous(spec, paths)
         net.check_host_network(spec)
-        _check_other_labs(spec)
+        guards.check_other_labs(spec)
         _create_state(spec, paths)
         net.ensure_bridge(spec)
         _prepare_shared_dirs(spec, paths)
@@ -131,21 +99,6 @@ def _running_records(spec: LabSpec, paths: LabPaths) -> dict[str, NodeRecord]:
         if record is not None and procs.is_alive(record.init_pid, record.init_start):
             records[lab_node.name] = record
     return records
-
-
-def _check_other_labs(spec: LabSpec) -> None:
-    """Two labs on one host must not share a bridge or overlapping subnets."""
-    if not spec.state_root.is_dir():
-        return
-    for spec_file in sorted(spec.state_root.glob("*/spec.json")):
-        if spec_file.parent.name == spec.cluster:
-            continue
-        other = LabSpec.from_json(spec_file.read_text(encoding="utf-8"), origin=str(spec_file))
-        if other.bridge == spec.bridge or other.network.overlaps(spec.network):
-            raise LabError(
-                f"lab {other.cluster!r} already uses bridge {other.bridge} / subnet {other.subnet}; "
-                f"give lab {spec.cluster!r} its own (or `hpckit lab down --cluster {other.cluster}`)"
-            )
 
 
 def _create_state(spec: LabSpec, paths: LabPaths) -> None:
@@ -244,11 +197,11 @@ def _ensure_shared_mounts(spec: LabSpec, paths: LabPaths, records: Mapping[str, 
 
 def _ensure_sshd(spec: LabSpec, records: Mapping[str, NodeRecord]) -> None:
     """Start sshd where it does not answer, then wait until every node's does."""
-    silent = [n for n in spec.nodes if not _sshd_answers(n.address, timeout=1.0)]
+    silent = [n for n in spec.nodes if not ssh.sshd_answers(n.address, timeout=1.0)]
     _parallel(silent, lambda n: node.start_sshd(records[n.name], n))
     deadline = time.monotonic() + SSHD_WAIT_S
     for lab_node in spec.nodes:
-        while not _sshd_answers(lab_node.address, timeout=1.0):
+        while not ssh.sshd_answers(lab_node.address, timeout=1.0):
             if time.monotonic() > deadline:
                 raise LabError(f"sshd on node {lab_node.name} ({lab_node.address}) does not answer")
             time.sleep(0.1)
@@ -277,11 +230,14 @@ def _parallel(items: Sequence[LabNode], work: Callable[[LabNode], _T]) -> dict[s
 
 def lab_down(cluster: str, state_root: Path = DEFAULT_STATE_ROOT) -> None:
     """Stop every node and remove the lab's links, bridge, mount points and state dir."""
-    _require_root()
+    if machines.is_vm_lab(cluster, state_root):
+        machines.vm_down(cluster, state_root)
+        return
+    guards.require_root()
     paths = LabPaths.of(state_root, cluster)
     if not paths.root.exists():
         return
-    with _locked(state_root):
+    with guards.locked(state_root):
         spec = state.load_spec(paths) if paths.spec_file.exists() else None
         _stop_all(paths)
         if spec is not None:
@@ -316,6 +272,8 @@ def _remove_mountpoints(paths: LabPaths) -> None:
 
 
 def lab_status(cluster: str, state_root: Path = DEFAULT_STATE_ROOT) -> LabStatus:
+    if machines.is_vm_lab(cluster, state_root):
+        return machines.vm_status(cluster, state_root)
     paths = LabPaths.of(state_root, cluster)
     spec = state.load_spec(paths)
     records = _running_records(spec, paths)
@@ -323,7 +281,7 @@ def lab_status(cluster: str, state_root: Path = DEFAULT_STATE_ROOT) -> LabStatus
     def one(lab_node: LabNode) -> NodeStatus:
         record = records.get(lab_node.name)
         up = record is not None
-        answers = up and _sshd_answers(lab_node.address, timeout=1.0)
+        answers = up and ssh.sshd_answers(lab_node.address, timeout=1.0)
         pid = record.init_pid if record is not None else None
         return NodeStatus(lab_node.name, lab_node.address, lab_node.gpus, up, pid, answers)
 
@@ -343,7 +301,9 @@ def lab_exec(
     env: Mapping[str, str] | None = None,
 ) -> CommandResult:
     """Run ``argv`` inside a node's namespaces (as root, from /); output is captured as text."""
-    _require_root()
+    if machines.is_vm_lab(cluster, state_root):
+        return machines.vm_exec(cluster, node_name, argv, state_root=state_root, stdin=stdin, timeout=timeout, env=env)
+    guards.require_root()
     if not argv:
         raise LabError("lab exec needs a command")
     record = _running_record(cluster, node_name, state_root)
@@ -352,7 +312,9 @@ def lab_exec(
 
 def exec_argv(cluster: str, node_name: str, argv: Sequence[str], state_root: Path = DEFAULT_STATE_ROOT) -> list[str]:
     """The host command line that runs ``argv`` in a node, for callers that want its terminal (the CLI)."""
-    _require_root()
+    if machines.is_vm_lab(cluster, state_root):
+        return machines.vm_exec_argv(cluster, node_name, argv, state_root)
+    guards.require_root()
     if not argv:
         raise LabError("lab exec needs a command")
     return node.nsenter_argv(_running_record(cluster, node_name, state_root), argv)
@@ -383,24 +345,24 @@ def shared_dir_source(cluster: str, shared_dir: str, state_root: Path = DEFAULT_
 
 def node_stop_sshd(cluster: str, node_name: str, state_root: Path = DEFAULT_STATE_ROOT) -> None:
     """Stop a node's sshd (the node keeps running): what a test needs for 'a node SSH cannot reach'."""
-    _require_root()
+    guards.require_root()
     spec = state.load_spec(LabPaths.of(state_root, cluster))
     lab_node = spec.node(node_name)
     node.stop_sshd(_running_record(cluster, node_name, state_root), lab_node)
     deadline = time.monotonic() + SSHD_WAIT_S
-    while _sshd_answers(lab_node.address, timeout=0.5):
+    while ssh.sshd_answers(lab_node.address, timeout=0.5):
         if time.monotonic() > deadline:
             raise LabError(f"sshd on node {node_name} still answers after stop")
         time.sleep(0.05)
 
 
 def node_start_sshd(cluster: str, node_name: str, state_root: Path = DEFAULT_STATE_ROOT) -> None:
-    _require_root()
+    guards.require_root()
     spec = state.load_spec(LabPaths.of(state_root, cluster))
     lab_node = spec.node(node_name)
     node.start_sshd(_running_record(cluster, node_name, state_root), lab_node)
     deadline = time.monotonic() + SSHD_WAIT_S
-    while not _sshd_answers(lab_node.address, timeout=0.5):
+    while not ssh.sshd_answers(lab_node.address, timeout=0.5):
         if time.monotonic() > deadline:
             raise LabError(f"sshd on node {node_name} does not answer after start")
         time.sleep(0.05)
@@ -413,33 +375,3 @@ def _running_record(cluster: str, node_name: str, state_root: Path) -> NodeRecor
     if record is None or not procs.is_alive(record.init_pid, record.init_start):
         raise LabError(f"node {node_name} of lab {cluster!r} is not running (`hpckit lab up` starts it)")
     return record
-
-
-def _sshd_answers(address: str, timeout: float) -> bool:
-    """True when something on address:22 greets like an SSH server."""
-    try:
-        with socket.create_connection((address, 22), timeout=timeout) as sock:
-            sock.settimeout(timeout)
-            return sock.recv(4).startswith(b"SSH-")
-    except OSError:
-        return False
-
-
-# ---------------------------------------------------------------- guards
-
-
-def _require_root() -> None:
-    if os.geteuid() != 0:
-        raise LabError("the lab needs root (it creates namespaces, a bridge and mounts)")
-
-
-@contextmanager
-def _locked(state_root: Path) -> Iterator[None]:
-    """Serialise lab changes on this host: flock on the state root directory itself."""
-    state_root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(state_root, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)

@@ -6,6 +6,7 @@ and /etc/ssh are never touched.
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,3 +133,13 @@ Host *
 def sshd_defaults_text() -> str:
     """/etc/default/ssh for nodes: the init script passes these options, so sshd logs to a file."""
     return f'SSHD_OPTS="-E {NODE_SSHD_LOG}"\n'
+
+
+def sshd_answers(address: str, timeout: float) -> bool:
+    """True when something on address:22 greets like an SSH server."""
+    try:
+        with socket.create_connection((address, 22), timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            return sock.recv(4).startswith(b"SSH-")
+    except OSError:
+        return False

@@ -75,7 +75,7 @@ class NodeRecord:
 
 
 def save_spec(paths: LabPaths, spec: LabSpec) -> None:
-    _write_atomic(paths.spec_file, spec.to_json())
+    write_atomic(paths.spec_file, spec.to_json())
 
 
 def load_spec(paths: LabPaths) -> LabSpec:
@@ -87,7 +87,7 @@ def load_spec(paths: LabPaths) -> LabSpec:
 
 
 def save_record(paths: LabPaths, node: str, record: NodeRecord) -> None:
-    _write_atomic(paths.node_record(node), json.dumps(asdict(record)) + "\n")
+    write_atomic(paths.node_record(node), json.dumps(asdict(record)) + "\n")
 
 
 def load_record(paths: LabPaths, node: str) -> NodeRecord | None:
@@ -111,10 +111,10 @@ def load_mountpoints(paths: LabPaths) -> list[str]:
 
 
 def save_mountpoints(paths: LabPaths, mountpoints: list[str]) -> None:
-    _write_atomic(paths.mountpoints_file, json.dumps(sorted(set(mountpoints))) + "\n")
+    write_atomic(paths.mountpoints_file, json.dumps(sorted(set(mountpoints))) + "\n")
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
     """Write via rename so a reader in another process never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
