@@ -149,4 +149,4 @@ def test_a_rebooted_node_comes_back_idle_on_its_own(vms: Vms) -> None:
 
 def test_destroy_leaves_nothing(vms: Vms) -> None:
     vms.destroyed = _ok(vms.destroy())
-    assert leftovers(NAME, BRIDGE, vms.state) == []
+    assert leftovers(NAME, BRIDGE) == []

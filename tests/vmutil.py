@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from hpckit.lab.spec import DEFAULT_STATE_ROOT
 from tests.labutil import lab_skip_reason
-
-VM_TOOLS = ("qemu-system-x86_64", "qemu-img", "debootstrap")
 
 
 def vm_skip_reason() -> str | None:
     reason = lab_skip_reason()
     if reason is not None:
         return reason
-    missing = [tool for tool in VM_TOOLS if shutil.which(tool) is None]
+    from hpckit.lab import missing_vm_packages
+
+    missing = missing_vm_packages()
     if missing:
         return f"VM host packages missing: {' '.join(missing)} (bash scripts/install.sh)"
     return None
@@ -28,9 +28,9 @@ def needs_vms() -> pytest.MarkDecorator:
     return pytest.mark.skipif(reason is not None, reason=reason or "")
 
 
-def leftovers(cluster: str, bridge: str, state: Path) -> list[str]:
-    """What a VM cluster may leave on this machine: qemu processes, its network namespace, links named
-    after its bridge (taps, the veth), disk overlays under its state folder."""
+def leftovers(cluster: str, bridge: str, state_root: Path = DEFAULT_STATE_ROOT) -> list[str]:
+    """What a VM cluster may leave on this machine: qemu processes, its network namespace (which holds its
+    bridge and taps), the link named after its bridge, its state folder with the disk overlays."""
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -45,5 +45,6 @@ def leftovers(cluster: str, bridge: str, state: Path) -> list[str]:
     found += [f"network namespace {line.split()[0]}" for line in netns.splitlines() if cluster in line]
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=False).stdout
     found += [f"link {line.split(':')[1].strip()}" for line in links.splitlines() if bridge in line]
-    found += [f"overlay {p}" for p in state.rglob("*.qcow2")]
+    folder = state_root / cluster
+    found += [f"overlay {p}" for p in folder.rglob("*.qcow2")] + ([f"state folder {folder}"] if folder.exists() else [])
     return found

@@ -17,8 +17,8 @@ from hpckit.lab.errors import LabError
 from hpckit.lab.node import PRIVATE_ROOTS
 from hpckit.lab.provider import lab_status, lab_up, ssh_identity, visible_in_nodes
 from hpckit.lab.spec import LabSpec
-from hpckit.lab.vm.machines import vm_up
 from hpckit.lab.ssh import NODE_BIN
+from hpckit.lab.vm.machines import vm_up
 from hpckit.paths import PACKAGE_DIR
 from hpckit.proc.ssh import SshTransport
 from hpckit.slurm.connect import ssh_transport
