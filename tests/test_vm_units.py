@@ -54,9 +54,9 @@ def test_spec_refuses_gpus_and_shared_dirs() -> None:
 
 
 def test_spec_json_errors_name_the_file() -> None:
-    with pytest.raises(LabError, match="vm.json: missing field 'lab'"):
+    with pytest.raises(LabError, match=r"vm\.json: missing field 'lab'"):
         VmSpec.from_json("{}", origin="vm.json")
-    with pytest.raises(LabError, match="vm.json: not valid JSON"):
+    with pytest.raises(LabError, match=r"vm\.json: not valid JSON"):
         VmSpec.from_json("{", origin="vm.json")
 
 

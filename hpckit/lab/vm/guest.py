@@ -24,6 +24,13 @@ _NETWORK_SCRIPT = f"""\
 set -eu
 addr=$(tr ' ' '\\n' </proc/cmdline | sed -n 's/^hpckit\\.ip=//p' | tail -n 1)
 [ -n "$addr" ] || {{ echo "no hpckit.ip= on the kernel command line" >&2; exit 1; }}
+# The driver is loaded early (modules-load.d), not on udev's coldplug, which emulated CPUs take minutes over.
+tries=0
+until [ -e /sys/class/net/{NET_IFACE} ]; do
+  tries=$((tries + 1))
+  [ "$tries" -le 300 ] || {{ echo "no {NET_IFACE} after 60 s" >&2; exit 1; }}
+  sleep 0.2
+done
 ip link set lo up
 ip addr replace "$addr" dev {NET_IFACE}
 ip link set {NET_IFACE} up
@@ -42,11 +49,10 @@ mkdir -p "$(dirname {SEEDED_MARK})"
 touch {SEEDED_MARK}
 """
 
-_NETWORK_UNIT = f"""\
+_NETWORK_UNIT = """\
 [Unit]
 Description=hpckit: this machine's address from the kernel command line
-BindsTo=sys-subsystem-net-devices-{NET_IFACE}.device
-After=sys-subsystem-net-devices-{NET_IFACE}.device
+After=systemd-modules-load.service
 Before=network.target network-online.target ssh.service
 Wants=network.target
 
@@ -93,6 +99,7 @@ IMAGE_FILES: dict[str, tuple[str, int]] = {
     "/etc/systemd/system/hpckit-vm-network.service": (_NETWORK_UNIT, 0o644),
     "/etc/systemd/system/hpckit-vm-seed.service": (_SEED_UNIT, 0o644),
     "/etc/ssh/sshd_config.d/hpckit.conf": (_SSHD_CONFIG, 0o644),
+    "/etc/modules-load.d/hpckit-vm.conf": ("virtio_net\ndummy\n", 0o644),
     "/etc/fstab": ("/dev/vda / ext4 rw,errors=remount-ro 0 1\n", 0o644),
     # The machines have no network beyond the lab: no archive, no name server. `apt-get update` then
     # succeeds (nothing to fetch) and every package a role asks for is already installed.
@@ -133,6 +140,7 @@ def kernel_cmdline(address: str, prefixlen: int, hostname: str) -> str:
             "root=/dev/vda",
             "rw",
             "console=ttyS0",
+            "quiet",  # every character on the emulated serial port costs: errors only
             "net.ifnames=0",
             "panic=5",  # a kernel panic reboots the machine (qemu runs on) rather than hanging it
             f"systemd.hostname={hostname}",

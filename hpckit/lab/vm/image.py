@@ -4,7 +4,9 @@ An image is a folder ``<cache>/images/<key>/`` holding ``base.qcow2`` (the root 
 the whole disk), ``vmlinuz`` and ``initrd.img`` (booted with qemu's -kernel/-initrd: no boot loader),
 and ``recipe.json`` (written last: an image without it is unfinished). The key hashes the recipe:
 suite, packages, the Python requirements of /opt/hpckit, and every file hpckit puts in the image, so
-a change to any of them builds a new image and an unchanged recipe reuses the cached one.
+a change to any of them builds a new image and an unchanged recipe reuses the cached one. The
+debootstrapped system itself is kept too (``<cache>/images/debootstrap/<key>/``, keyed by suite and
+packages alone), so that a change to hpckit's own files costs a minute, not a Debian install.
 
 Everything the roles install is in the image (the machines have no network beyond the lab), and so
 is a virtualenv at /opt/hpckit with hpckit's dependencies, for the login node's offline wheel install.
@@ -71,6 +73,7 @@ PACKAGES = (
 )
 _DISK_HEADROOM_MIB = 4096  # room on each machine's root for logs, MariaDB, Slurm state, the hpckit wheel
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+_PIP_KEPT = ("PIP_CERT", "PIP_DEFAULT_TIMEOUT", "PIP_INDEX_URL")
 Log = Callable[[str], None]
 
 
@@ -91,6 +94,12 @@ class Recipe:
     @property
     def key(self) -> str:
         return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
+
+    @property
+    def system_key(self) -> str:
+        """The hash of what debootstrap installs alone."""
+        system = {"suite": self.suite, "packages": self.packages, "version": self.version}
+        return hashlib.sha256(json.dumps(system, sort_keys=True).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -152,40 +161,55 @@ def ensure_image(recipe: Recipe | None = None, root: Path | None = None, log: Lo
         return image
     if os.geteuid() != 0:
         raise LabError("building the VM image needs root (debootstrap)")
-    with _locked(root / f".{recipe.key}.lock"):
+    say = log or (lambda _: None)
+    with _locked(root / ".lock"):
         if image.complete:  # another process built it while this one waited
             return image
-        # A failed build leaves its folder: the next one starts after debootstrap when that finished.
+        started = time.monotonic()
+        system = _system_tree(recipe, root, say)
         work = root / f".build-{recipe.key}"
         _unmount_below(work)
+        shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(image.folder, ignore_errors=True)
-        _build(recipe, work, log or (lambda _: None))
+        work.mkdir()
+        _checked(["cp", "-a", "--reflink=auto", str(system), str(work / "tree")], "copying the installed system")
+        _finish(recipe, work, say)
         work.replace(image.folder)
+        say(f"image {recipe.key} built in {time.monotonic() - started:.0f} s")
     return image
 
 
-def _build(recipe: Recipe, work: Path, log: Log) -> None:
-    tree = work / "tree"
-    done = work / "debootstrapped"
+def _system_tree(recipe: Recipe, root: Path, log: Log) -> Path:
+    """The debootstrapped system, kept apart from hpckit's own files: a change to those (a boot unit, the
+    Python requirements) builds a new image from it without fetching and installing Debian again."""
+    stage = root / "debootstrap" / recipe.system_key
+    tree, done = stage / "tree", stage / "complete"
+    if done.exists():
+        return tree
+    _unmount_below(stage)
+    shutil.rmtree(stage, ignore_errors=True)
+    tree.mkdir(parents=True)
+    mirror = debian_mirror()
+    log(f"debootstrap {recipe.suite} from {mirror} ({len(recipe.packages)} packages and their dependencies)")
     started = time.monotonic()
-    if not done.exists():
-        shutil.rmtree(work, ignore_errors=True)
-        tree.mkdir(parents=True)
-        mirror = debian_mirror()
-        log(f"debootstrap {recipe.suite} from {mirror} ({len(recipe.packages)} packages and their dependencies)")
-        _debootstrap(recipe, tree, mirror)
-        done.touch()
-    log(f"configuring the image ({time.monotonic() - started:.0f} s)")
+    _debootstrap(recipe, tree, mirror)
+    done.touch()
+    log(f"debootstrap took {time.monotonic() - started:.0f} s")
+    return tree
+
+
+def _finish(recipe: Recipe, work: Path, log: Log) -> None:
+    """hpckit's files, /opt/hpckit, the boot files and the disk, from the copied system in work/tree."""
+    tree = work / "tree"
+    log("configuring the image")
     _configure(tree)
-    log(f"virtualenv {VENV} with hpckit's requirements ({time.monotonic() - started:.0f} s)")
+    log(f"virtualenv {VENV} with hpckit's requirements")
     _python_venv(recipe, tree)
     _take_boot_files(tree, work)
-    log(f"writing the disk ({time.monotonic() - started:.0f} s)")
+    log("writing the disk")
     _make_disk(tree, work)
     shutil.rmtree(tree)
-    done.unlink()
     (work / "recipe.json").write_text(recipe.to_json(), encoding="utf-8")
-    log(f"image {recipe.key} built in {time.monotonic() - started:.0f} s")
 
 
 def _debootstrap(recipe: Recipe, tree: Path, mirror: str) -> None:
@@ -232,21 +256,24 @@ def _unit_exists(tree: Path, unit: str) -> bool:
 def _python_venv(recipe: Recipe, tree: Path) -> None:
     """/opt/hpckit with hpckit's requirements from the package index. Some come as source only, so pip runs
     inside the image, on its own Python: the one build step with network, through this machine's name
-    servers and trusting the certificates this machine trusts."""
+    servers and trusting the certificates this machine trusts (its bundle, at the same path in the tree)."""
     resolv = tree / "etc/resolv.conf"
     shutil.copyfile("/etc/resolv.conf", resolv)
-    ca_bundle = tree / "tmp/hpckit-ca.crt"
-    shutil.copyfile(HOST_CA_BUNDLE, ca_bundle)
+    bundle = tree / str(HOST_CA_BUNDLE).lstrip("/")
+    borrowed = not bundle.exists()
+    if borrowed:
+        bundle.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(HOST_CA_BUNDLE, bundle)
     # This machine's other pip settings (local wheel folders, constraints) mean nothing inside the tree.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-    env["PIP_CERT"] = "/tmp/hpckit-ca.crt"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") or k in _PIP_KEPT}
     try:
         _checked(["chroot", str(tree), "python3", "-m", "venv", VENV], f"creating {VENV} in the image")
         install = [f"{VENV}/bin/python", "-m", "pip", "install", "-q", "--no-cache-dir", *recipe.python_requirements]
         _checked(["chroot", str(tree), *install], f"installing hpckit's requirements into {VENV}", 1800, env)
     finally:
         resolv.write_text("", encoding="utf-8")
-        ca_bundle.unlink()
+        if borrowed:
+            bundle.unlink()
 
 
 def _take_boot_files(tree: Path, work: Path) -> None:

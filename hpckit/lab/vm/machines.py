@@ -43,6 +43,8 @@ from hpckit.proc.ssh import SshTransport
 
 PACKAGE_LIST = DATA_DIR / "vm-packages.txt"
 SSH_WAIT_S = 900.0  # emulated CPUs: ~35 s for one machine to reach sshd, ~100 s for four on two cores
+# sshd starts a process per connection before it greets: on emulated CPUs on a busy box, seconds.
+SSH_GREETING_S = 10.0
 QEMU = "qemu-system-x86_64"
 _STOP_WAIT_S = 15.0
 
@@ -239,7 +241,7 @@ def _wait_for_ssh(spec: VmSpec, paths: LabPaths) -> None:
     deadline = time.monotonic() + SSH_WAIT_S
     waiting = list(spec.nodes)
     while waiting:
-        waiting = [n for n in waiting if not ssh.sshd_answers(n.address, timeout=1.0)]
+        waiting = [n for n in waiting if not ssh.sshd_answers(n.address, timeout=SSH_GREETING_S)]
         for node in waiting:
             record = load_record(paths, node.name)
             if record is None or not procs.is_alive(record.pid, record.start):
@@ -299,7 +301,7 @@ def vm_status(cluster: str, state_root: Path = DEFAULT_STATE_ROOT) -> LabStatus:
 
     def one(node: LabNode) -> NodeStatus:
         record = running.get(node.name)
-        answers = record is not None and ssh.sshd_answers(node.address, timeout=1.0)
+        answers = record is not None and ssh.sshd_answers(node.address, timeout=SSH_GREETING_S)
         return NodeStatus(node.name, node.address, 0, record is not None, record.pid if record else None, answers)
 
     with ThreadPoolExecutor(max_workers=8) as pool:
