@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.labutil import REPO, CliRun, Cluster
+from tests.labutil import REPO, CliRun, Cluster, hpckit
 from tests.vmutil import leftovers, needs_vms
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow, needs_vms()]
@@ -39,6 +39,11 @@ class Vms(Cluster):
     first: CliRun | None = None
     first_s: float = 0.0
     destroyed: CliRun | None = None
+
+    def deploy(self, *extra: str) -> CliRun:
+        # Emulated CPUs: a cold deploy (image cached, machines booted, every role run) takes many minutes.
+        argv = ("deploy", str(self.blueprint), "--json", "-q", "--join-timeout", "300", *extra)
+        return hpckit(*argv, state=self.state, timeout=2400)
 
     def out(self, host: str, *argv: str, timeout: float = 120) -> str:
         return str(self.on(host, *argv, timeout=timeout).stdout)
