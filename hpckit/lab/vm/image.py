@@ -260,10 +260,9 @@ def _python_venv(recipe: Recipe, tree: Path) -> None:
     resolv = tree / "etc/resolv.conf"
     shutil.copyfile("/etc/resolv.conf", resolv)
     bundle = tree / str(HOST_CA_BUNDLE).lstrip("/")
-    borrowed = not bundle.exists()
-    if borrowed:
-        bundle.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(HOST_CA_BUNDLE, bundle)
+    own_bundle = bundle.read_bytes() if bundle.exists() else None
+    bundle.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(HOST_CA_BUNDLE, bundle)
     # This machine's other pip settings (local wheel folders, constraints) mean nothing inside the tree.
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") or k in _PIP_KEPT}
     try:
@@ -272,8 +271,10 @@ def _python_venv(recipe: Recipe, tree: Path) -> None:
         _checked(["chroot", str(tree), *install], f"installing hpckit's requirements into {VENV}", 1800, env)
     finally:
         resolv.write_text("", encoding="utf-8")
-        if borrowed:
+        if own_bundle is None:
             bundle.unlink()
+        else:
+            bundle.write_bytes(own_bundle)
 
 
 def _take_boot_files(tree: Path, work: Path) -> None:
