@@ -23,14 +23,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks._record import record  # noqa: E402
 from benchmarks.bench_deploy import busy_cpu_s, load, timed_deploy  # noqa: E402
 from tests.labutil import hpckit, lab_blueprint  # noqa: E402
-
-
-def vm_blueprint(tmp: Path, name: str, net: str, bridge: str) -> Path:
-    text = (REPO / "blueprints" / "vm.yaml").read_text()
-    text = text.replace("name: vm\n", f"name: {name}\n", 1).replace('net: "10.78.0"', f'net: "{net}"')
-    path = tmp / f"{name}.yaml"
-    path.write_text(text.replace("bridge: hpcv0", f"bridge: {bridge}"))
-    return path
+from tests.vmutil import vm_blueprint  # noqa: E402
 
 
 def measure(blueprint: Path, state: Path, runs: int) -> dict[str, float]:

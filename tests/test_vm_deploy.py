@@ -11,28 +11,17 @@ import os
 import re
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.labutil import REPO, CliRun, Cluster, hpckit
-from tests.vmutil import leftovers, needs_vms
+from tests.labutil import CliRun, Cluster, hpckit
+from tests.vmutil import leftovers, needs_vms, vm_blueprint
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow, needs_vms()]
 # This module's own VMs; two checkouts testing at once set HPCKIT_TEST_VM=NAME,NET,BRIDGE.
 NAME, NET, BRIDGE = os.environ.get("HPCKIT_TEST_VM", "vmtest,10.78.135,hpcv135").split(",")
 HOSTS = ["ctl", "login", "node1", "node2"]
-
-
-def vm_blueprint(tmp: Path) -> Path:
-    """blueprints/vm.yaml under this module's name, subnet and bridge."""
-    text = (REPO / "blueprints" / "vm.yaml").read_text()
-    text = text.replace("name: vm\n", f"name: {NAME}\n", 1).replace('net: "10.78.0"', f'net: "{NET}"')
-    text = text.replace("bridge: hpcv0", f"bridge: {BRIDGE}")
-    path = tmp / f"{NAME}.yaml"
-    path.write_text(text)
-    return path
 
 
 class Vms(Cluster):
@@ -52,7 +41,7 @@ class Vms(Cluster):
 @pytest.fixture(scope="module")
 def vms(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Vms]:
     tmp = tmp_path_factory.mktemp("vmdeploy")
-    vms = Vms(NAME, vm_blueprint(tmp), tmp / "state")
+    vms = Vms(NAME, vm_blueprint(tmp, NAME, NET, BRIDGE), tmp / "state")
     try:
         start = time.monotonic()
         vms.first = vms.deploy()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hpckit.lab.spec import DEFAULT_STATE_ROOT
-from tests.labutil import lab_skip_reason
+from tests.labutil import REPO, lab_skip_reason
 
 
 def vm_skip_reason() -> str | None:
@@ -48,3 +48,12 @@ def leftovers(cluster: str, bridge: str, state_root: Path = DEFAULT_STATE_ROOT) 
     folder = state_root / cluster
     found += [f"overlay {p}" for p in folder.rglob("*.qcow2")] + ([f"state folder {folder}"] if folder.exists() else [])
     return found
+
+
+def vm_blueprint(tmp: Path, name: str, net: str, bridge: str) -> Path:
+    """blueprints/vm.yaml under another name, subnet and host link, so tests never touch an admin's VMs."""
+    text = (REPO / "blueprints" / "vm.yaml").read_text()
+    text = text.replace("name: vm\n", f"name: {name}\n", 1).replace('net: "10.78.0"', f'net: "{net}"')
+    path = tmp / f"{name}.yaml"
+    path.write_text(text.replace("bridge: hpcv0", f"bridge: {bridge}"))
+    return path
