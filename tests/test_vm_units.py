@@ -207,3 +207,13 @@ def test_vm_spec_from_blueprint(repo: Path) -> None:
     assert spec.memory_of("ctl") == 2048 and spec.memory_of("node1") == 768
     with pytest.raises(LabError, match="not 'vm'"):
         vm_spec_from_blueprint(parse_blueprint((repo / "blueprints" / "lab.yaml").read_text()))
+
+
+def test_cli_reads_either_kind_of_spec_file(tmp_path: Path) -> None:
+    from hpckit.cli.lab import _spec_from_args
+
+    vm_file, lab_file = tmp_path / "vm.json", tmp_path / "spec.json"
+    vm_file.write_text(SPEC.to_json())
+    lab_file.write_text(LabSpec("lab", LAB.nodes, subnet=LAB.subnet).to_json())  # a namespace lab named "lab"
+    assert _spec_from_args(None, vm_file) == SPEC
+    assert isinstance(_spec_from_args(None, lab_file), LabSpec)

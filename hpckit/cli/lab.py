@@ -151,7 +151,11 @@ def _spec_from_args(blueprint: Path | None, spec_file: Path | None) -> labkit.La
         raise labkit.LabError("give either a BLUEPRINT or --spec FILE")
     if spec_file is not None:
         text = spec_file.read_text(encoding="utf-8")
-        if '"lab"' in text:  # a VM lab's vm.json holds its machines under "lab"
+        try:
+            vm = isinstance(json.loads(text).get("lab"), dict)  # a VM lab's vm.json holds its machines under "lab"
+        except (ValueError, AttributeError):
+            vm = False  # LabSpec.from_json says what is wrong
+        if vm:
             return labkit.VmSpec.from_json(text, origin=str(spec_file))
         return labkit.LabSpec.from_json(text, origin=str(spec_file))
     assert blueprint is not None

@@ -21,7 +21,7 @@ from hpckit.lab.ssh import SshIdentity
 from hpckit.lab.state import LabPaths, NodeRecord
 from hpckit.lab.status import LabStatus, NodeStatus
 from hpckit.lab.vm import machines
-from hpckit.proc import CommandResult
+from hpckit.proc import CommandResult, Transport
 
 SSHD_WAIT_S = 30.0
 _MAX_PARALLEL = 8
@@ -300,14 +300,20 @@ def lab_exec(
     timeout: float | None = None,
     env: Mapping[str, str] | None = None,
 ) -> CommandResult:
-    """Run ``argv`` inside a node's namespaces (as root, from /); output is captured as text."""
-    if machines.is_vm_lab(cluster, state_root):
-        return machines.vm_exec(cluster, node_name, argv, state_root=state_root, stdin=stdin, timeout=timeout, env=env)
+    """Run ``argv`` inside a node's namespaces (as root, from /), or on a VM lab's machine over SSH; output is
+    captured as text."""
     guards.require_root()
     if not argv:
         raise LabError("lab exec needs a command")
-    record = _running_record(cluster, node_name, state_root)
-    return node.NodeTransport(record, node_name).run(argv, stdin=stdin, timeout=timeout, env=env)
+    transport: Transport
+    if machines.is_vm_lab(cluster, state_root):
+        transport = machines.vm_transport(cluster, node_name, state_root)
+    else:
+        transport = node.NodeTransport(_running_record(cluster, node_name, state_root), node_name)
+    try:
+        return transport.run(argv, stdin=stdin, timeout=timeout, env=env)
+    finally:
+        transport.close()
 
 
 def exec_argv(cluster: str, node_name: str, argv: Sequence[str], state_root: Path = DEFAULT_STATE_ROOT) -> list[str]:

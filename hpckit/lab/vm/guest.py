@@ -44,6 +44,13 @@ _SEED_SCRIPT = f"""\
 #!/bin/sh
 # First boot: this machine's SSH host key, root's authorized key and /etc/hosts, from its seed disk.
 set -eu
+# The disk's node comes with its driver (in the initramfs), long before udev announces it.
+tries=0
+until [ -b {SEED_DEVICE} ]; do
+  tries=$((tries + 1))
+  [ "$tries" -le 300 ] || {{ echo "no {SEED_DEVICE} after 60 s" >&2; exit 1; }}
+  sleep 0.2
+done
 tar -xf {SEED_DEVICE} -C / --no-overwrite-dir
 mkdir -p "$(dirname {SEEDED_MARK})"
 touch {SEEDED_MARK}
@@ -69,8 +76,7 @@ _SEED_UNIT = f"""\
 [Unit]
 Description=hpckit: this machine's keys and hosts from its seed disk (first boot)
 ConditionPathExists=!{SEEDED_MARK}
-Requires=dev-vdb.device
-After=dev-vdb.device local-fs.target
+After=local-fs.target
 Before=ssh.service
 
 [Service]
@@ -124,6 +130,8 @@ DISABLED_UNITS = (
     "e2scrub_all.timer",
     "fstrim.timer",
     "dpkg-db-backup.timer",
+    "e2scrub_reap.service",
+    "nfs-blkmap.service",
 )
 # Per-install secrets a shared image must not carry: each machine gets its own.
 REMOVED_FILES = (

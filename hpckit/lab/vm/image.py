@@ -14,20 +14,19 @@ is a virtualenv at /opt/hpckit with hpckit's dependencies, for the login node's 
 
 from __future__ import annotations
 
-import fcntl
 import glob
 import hashlib
 import json
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
 from hpckit import proc
+from hpckit.lab import guards
 from hpckit.lab.errors import LabError
 from hpckit.lab.vm import guest
 from hpckit.lab.vm.mirror import debian_mirror
@@ -162,7 +161,7 @@ def ensure_image(recipe: Recipe | None = None, root: Path | None = None, log: Lo
     if os.geteuid() != 0:
         raise LabError("building the VM image needs root (debootstrap)")
     say = log or (lambda _: None)
-    with _locked(root / ".lock"):
+    with guards.locked(root):  # one build at a time on this machine
         if image.complete:  # another process built it while this one waited
             return image
         started = time.monotonic()
@@ -245,6 +244,10 @@ def _configure(tree: Path) -> None:
     present = [u for u in guest.DISABLED_UNITS if _unit_exists(tree, u)]
     _checked(["chroot", str(tree), "systemctl", "disable", *present], "disabling the image's idle units")
     _checked(["chroot", str(tree), "apt-get", "clean"], "cleaning apt's cache in the image")
+    # What systemd would do on each machine's first boot (ConditionNeedsUpdate), done once here.
+    _checked(["chroot", str(tree), "journalctl", "--update-catalog"], "building the journal's catalog")
+    for stamp in ("etc/.updated", "var/.updated"):
+        (tree / stamp).touch()
 
 
 def _unit_exists(tree: Path, unit: str) -> bool:
@@ -325,15 +328,3 @@ def _unmount_below(folder: Path) -> None:
     mounts = [line.split()[1] for line in Path("/proc/mounts").read_text(encoding="utf-8").splitlines()]
     for point in sorted((m for m in mounts if m.startswith(prefix)), key=len, reverse=True):
         _checked(["umount", "--lazy", point], f"unmounting {point}")
-
-
-@contextmanager
-def _locked(lock_file: Path) -> Iterator[None]:
-    """One build of an image at a time on this machine."""
-    lock_file.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)

@@ -38,7 +38,6 @@ from hpckit.lab.vm import guest, image, net
 from hpckit.lab.vm.image import Image, Log
 from hpckit.lab.vm.spec import VmSpec
 from hpckit.paths import DATA_DIR
-from hpckit.proc import CommandResult
 from hpckit.proc.ssh import SshTransport
 
 PACKAGE_LIST = DATA_DIR / "vm-packages.txt"
@@ -310,36 +309,21 @@ def vm_status(cluster: str, state_root: Path = DEFAULT_STATE_ROOT) -> LabStatus:
     return LabStatus(lab.cluster, lab.bridge, lab.subnet, lab.host_address, paths.root, nodes)
 
 
-def vm_exec(
-    cluster: str,
-    node_name: str,
-    argv: Sequence[str],
-    *,
-    state_root: Path = DEFAULT_STATE_ROOT,
-    stdin: str | None = None,
-    timeout: float | None = None,
-    env: Mapping[str, str] | None = None,
-) -> CommandResult:
-    """Run ``argv`` on a machine as root, over SSH with the lab's key; output captured as text."""
-    node, identity = _reach(cluster, node_name, argv, state_root)
-    transport = SshTransport(
-        node.address, key_file=identity.private_key, known_hosts=identity.known_hosts, where=node.name
-    )
-    try:
-        return transport.run(argv, stdin=stdin, timeout=timeout, env=env)
-    finally:
-        transport.close()
+def vm_transport(cluster: str, node_name: str, state_root: Path = DEFAULT_STATE_ROOT) -> SshTransport:
+    """Commands on a machine as root, over SSH with the lab's key (close it when done)."""
+    node, identity = _reach(cluster, node_name, state_root)
+    return SshTransport(node.address, key_file=identity.private_key, known_hosts=identity.known_hosts, where=node.name)
 
 
 def vm_exec_argv(cluster: str, node_name: str, argv: Sequence[str], state_root: Path = DEFAULT_STATE_ROOT) -> list[str]:
     """The ssh command line that runs ``argv`` on a machine, for callers that want its terminal."""
-    node, identity = _reach(cluster, node_name, argv, state_root)
+    if not argv:
+        raise LabError("lab exec needs a command")
+    node, identity = _reach(cluster, node_name, state_root)
     return identity.ssh_command(node.address, shlex.join(argv))
 
 
-def _reach(cluster: str, node_name: str, argv: Sequence[str], state_root: Path) -> tuple[LabNode, SshIdentity]:
-    if not argv:
-        raise LabError("lab exec needs a command")
+def _reach(cluster: str, node_name: str, state_root: Path) -> tuple[LabNode, SshIdentity]:
     paths = LabPaths.of(state_root, cluster)
     node = load_spec(paths).lab.node(node_name)
     record = load_record(paths, node_name)
