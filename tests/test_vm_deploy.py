@@ -77,13 +77,14 @@ def test_the_nodes_run_systemd(vms: Vms) -> None:
 
 
 def test_a_steps_memory_is_its_cgroups_limit(vms: Vms) -> None:
-    # The step's cgroup (.../job_N/step_M/user/task_K): its memory.max is what --mem asked for.
+    # The step's cgroup is .../job_N/step_M/user/task_K; Slurm sets the limit --mem asks for on job_N (the
+    # step's own memory.max stays "max" below it).
     script = (
-        'cg=$(sed -n "s/^0:://p" /proc/self/cgroup); step=$(echo "$cg" | sed "s#\\(/step_[^/]*\\)/.*#\\1#"); '
-        'echo "$step"; cat "/sys/fs/cgroup$step/memory.max"'
+        'cg=$(sed -n "s/^0:://p" /proc/self/cgroup); job=$(echo "$cg" | sed "s#\\(/job_[^/]*\\)/.*#\\1#"); '
+        'echo "$cg"; cat "/sys/fs/cgroup$job/memory.max"'
     )
     out = vms.out("login", "srun", "-N1", "--mem=100", "sh", "-c", script).split()
-    assert re.search(r"/job_\d+/step_\d+$", out[0]), out
+    assert re.search(r"/job_\d+/step_\d+/", out[0]), out
     assert out[1] == "104857600"
 
 
