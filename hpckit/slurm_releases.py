@@ -179,9 +179,11 @@ def _version(value: AsVersion) -> Version:
     return value if isinstance(value, Version) else Version.parse(value)
 
 
-def default_series() -> Version:
-    """The release a blueprint that names none runs: the distribution's package (Debian 12: 22.05)."""
-    return Version.parse(str(_data()["distro_default"]))
+def default_series(provider: str | None = None) -> Version:
+    """The release a blueprint that names none runs: the distribution's package (Debian 12: 22.05), or that
+    of the distribution a provider's machines run (``provider``: the blueprint's provider type)."""
+    own = (_data().get("distro_by_provider") or {}).get(provider) if provider else None
+    return Version.parse(str(own or _data()["distro_default"]))
 
 
 @dataclass(frozen=True)

@@ -219,15 +219,12 @@ def test_lab_blueprint_allows_the_probe_with_the_labs_own_key(tmp_path: Path) ->
     from hpckit.blueprint import load_blueprint
     from hpckit.clusters import SshAccess
     from hpckit.deploy.playvars import build_vars
-    from hpckit.deploy.targets import Target
+    from hpckit.deploy.targets import lab_extravars
 
     bp = load_blueprint(REPO / "blueprints" / "lab.yaml")
     _, extravars = build_vars(bp, SshAccess("root"))
     assert extravars["hpckit_health_settings"]["ssh_probe"] == {"user": "root", "key": None, "known_hosts": None}
-    target = Target(
-        "lab", SshAccess("root", 22, "/var/lib/hpckit/lab/lab/ssh/id", "/var/lib/hpckit/lab/lab/kh"), {}, True
-    )
-    runtime = target.runtime_extravars()
+    runtime = lab_extravars(SshAccess("root", 22, "/var/lib/hpckit/lab/lab/ssh/id", "/var/lib/hpckit/lab/lab/kh"))
     assert runtime["hpckit_health_probe_key"] == "/var/lib/hpckit/lab/lab/ssh/id"
     assert runtime["hpckit_login_bin"] == "/etc/hpckit/bin/hpckit"  # the node's own /etc, not this box's
 

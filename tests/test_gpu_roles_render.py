@@ -218,7 +218,7 @@ def test_plugstack_conf_loads_pyxis_on_nodes_and_login_hosts(bp: Blueprint) -> N
 def test_exports_of_the_nfs_server_list_every_cluster_host(bp: Blueprint) -> None:
     ctx = context(bp, "head01", "shared_fs")
     assert [fs["name"] for fs in ctx["shared_fs_served"]] == ["home"]
-    opts = "(rw,sync,no_subtree_check,root_squash)"
+    opts = "(rw,sync,no_subtree_check,no_root_squash)"
     clients = ["10.10.0.10/31", "10.10.0.12/32", "10.10.0.101/32", "10.10.0.102/31", "10.10.0.104/29"]
     clients += ["10.10.0.112/30", "10.10.0.116/32"]
     assert render("shared_fs", "exports.j2", ctx).splitlines()[1:] == [

@@ -1,7 +1,8 @@
 """Which Slurm release a blueprint runs, for everything that differs between releases (the per-release
 table in hpckit/slurm_releases.py): slurm.conf keys and plugins, restart classes, topology.conf.
 
-`slurm.version` names it; without one the cluster runs the distribution's package (Debian 12: 22.05).
+`slurm.version` names it; without one the cluster runs the distribution's package (Debian 12: 22.05; the
+vm provider's Debian 13: 24.11).
 Both readers go through here, so that the one default lives in the table.
 """
 
@@ -18,7 +19,7 @@ __all__ = ["raw_slurm_release", "slurm_release_of"]
 def slurm_release_of(bp: Blueprint) -> Version:
     """The Slurm release of a validated blueprint."""
     version = getattr(bp.slurm, "version", None)
-    return Version.parse(str(version)) if version else default_series()
+    return Version.parse(str(version)) if version else default_series(bp.provider.type)
 
 
 def raw_slurm_release(data: Any) -> Version | None:
@@ -27,7 +28,9 @@ def raw_slurm_release(data: Any) -> Version | None:
     slurm = data.get("slurm") if isinstance(data, dict) else None
     version = slurm.get("version") if isinstance(slurm, dict) else None
     if version is None:
-        return default_series()
+        provider = data.get("provider") if isinstance(data, dict) else None
+        kind = provider.get("type") if isinstance(provider, dict) else None
+        return default_series(kind if isinstance(kind, str) else None)
     try:
         return Version.parse(version_text(version))
     except ReleaseError:

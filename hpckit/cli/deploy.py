@@ -12,7 +12,7 @@ import click
 from rich.console import Console
 
 from hpckit.blueprint import Blueprint, load_blueprint
-from hpckit.blueprint.models import LabProvider
+from hpckit.blueprint.models import LabProvider, VmProvider
 from hpckit.blueprint.release import slurm_release_of
 from hpckit.cli.blueprint import site_option
 from hpckit.deploy.apply import DeployOptions, DeployResult, deploy, installable, plan
@@ -161,11 +161,11 @@ def _print_diffs(diffs: list[ConfigDiff]) -> None:
 @blueprint_arg
 @site_option
 def destroy_cmd(blueprint: Path, site_files: tuple[Path, ...]) -> None:
-    """Take a lab blueprint's machines down (a real cluster is never destroyed by hpckit)."""
+    """Take a lab or VM blueprint's machines down (a real cluster is never destroyed by hpckit)."""
     bp = _load(blueprint, site_files)
-    if not isinstance(bp.provider, LabProvider):
-        raise InputError(f"{blueprint}: destroy is only for `provider: lab` blueprints")
-    lab_down(bp.name)
+    if not isinstance(bp.provider, LabProvider | VmProvider):
+        raise InputError(f"{blueprint}: destroy is only for `provider: lab` and `provider: vm` blueprints")
+    lab_down(bp.name)  # namespace machines or VMs, whichever the lab of that name has
     mark_destroyed(bp.cluster_name)
     click.echo(f"lab {bp.name!r} is down")
 

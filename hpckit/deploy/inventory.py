@@ -9,10 +9,10 @@ from typing import Any
 
 import hostlist
 
-from hpckit.blueprint.models import Blueprint, Hardware, LabProvider, Partition
+from hpckit.blueprint.models import Blueprint, Hardware, LabProvider, Partition, VmProvider
 from hpckit.clusters import SshAccess
 from hpckit.hardware import hardware_table
-from hpckit.lab.blueprint import spec_from_blueprint
+from hpckit.lab.blueprint import spec_from_blueprint, vm_spec_from_blueprint
 
 # What a real systemd cluster uses; the lab replaces these (see `lab_overrides`).
 LAB_SLURM_VARS: dict[str, Any] = {
@@ -33,14 +33,18 @@ class HostEntry:
 
 
 def host_entries(bp: Blueprint) -> list[HostEntry]:
-    """Every host in a stable order (controller, logins, compute); lab hosts without an address get one."""
+    """Every host in a stable order (controller, logins, compute); lab and VM hosts without an address get one."""
     entries = [HostEntry(bp.controller.host, bp.controller.address, "controller")]
     entries += [HostEntry(h.host, h.address, "login") for h in bp.login if h.host != bp.controller.host]
     entries += [HostEntry(host, addr, "compute", part.name) for part, host, addr in bp.compute_hosts()]
-    if not isinstance(bp.provider, LabProvider):
+    if isinstance(bp.provider, LabProvider):
+        nodes = spec_from_blueprint(bp).nodes
+    elif isinstance(bp.provider, VmProvider):
+        nodes = vm_spec_from_blueprint(bp).nodes
+    else:
         return entries
     # The lab provider decides the addresses it did not get; ask it rather than guess the same way twice.
-    lab = {node.name: node.address for node in spec_from_blueprint(bp).nodes}
+    lab = {node.name: node.address for node in nodes}
     return [HostEntry(e.name, lab[e.name], e.role, e.partition) for e in entries]
 
 

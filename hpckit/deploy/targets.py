@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from hpckit.blueprint.models import Blueprint, StaticProvider
+from hpckit.blueprint.models import Blueprint, StaticProvider, VmProvider
 from hpckit.clusters import SshAccess
 from hpckit.deploy.inventory import host_entries
-from hpckit.lab.blueprint import spec_from_blueprint
+from hpckit.deploy.wheel import checkout_wheel
+from hpckit.lab.blueprint import spec_from_blueprint, vm_spec_from_blueprint
 from hpckit.lab.errors import LabError
 from hpckit.lab.node import PRIVATE_ROOTS
 from hpckit.lab.provider import lab_status, lab_up, ssh_identity, visible_in_nodes
 from hpckit.lab.spec import LabSpec
 from hpckit.lab.ssh import NODE_BIN
+from hpckit.lab.vm.machines import vm_up
 from hpckit.paths import PACKAGE_DIR, cache_dir
 from hpckit.proc.ssh import SshTransport
 from hpckit.slurm.connect import ssh_transport
@@ -29,26 +32,41 @@ class Target:
     lab: bool
     # Lab hosts of the blueprint whose machine is not running (a plan leaves them so; deploy starts them).
     not_started: tuple[str, ...] = ()
+    # What depends on this machine rather than the blueprint (lab_extravars, vm_extravars).
+    runtime: Mapping[str, str] = field(default_factory=dict)
 
     def runtime_extravars(self) -> dict[str, str]:
-        """What depends on this machine rather than the blueprint: lab nodes share its filesystem, so the
-        login node runs hpckit straight from the interpreter and source tree running this deploy, and the
-        sweep host checks nodes over SSH with the lab's own key. Lab nodes see this machine's hpckit cache at
-        the same path (hpckit.lab.node), so a Slurm build on a lab controller lands in, and is found in, it."""
-        if not self.lab:
-            return {}
-        return {
-            "hpckit_install_mode": "shared",
-            "hpckit_python": sys.executable,
-            "hpckit_source": str(PACKAGE_DIR.parent),
-            "hpckit_login_bin": f"{NODE_BIN}/hpckit",  # node-private: never this machine's /usr/local/bin
-            "hpckit_health_probe_key": self.access.key_file or "",
-            "hpckit_health_probe_known_hosts": self.access.known_hosts or "",
-            "slurm_build_cache_dir": str(cache_dir()),
-        }
+        return dict(self.runtime)
 
     def transport(self, host: str) -> SshTransport:
         return ssh_transport(self.access, self.addresses.get(host, host), host)
+
+
+def lab_extravars(access: SshAccess) -> dict[str, str]:
+    """Lab nodes share this machine's filesystem, so the login node runs hpckit straight from the interpreter
+    and source tree running this deploy, and the sweep host checks nodes over SSH with the lab's own key."""
+    return {
+        "hpckit_install_mode": "shared",
+        "hpckit_python": sys.executable,
+        "hpckit_source": str(PACKAGE_DIR.parent),
+        "hpckit_login_bin": f"{NODE_BIN}/hpckit",  # node-private: never this machine's /usr/local/bin
+        "hpckit_health_probe_key": access.key_file or "",
+        "hpckit_health_probe_known_hosts": access.known_hosts or "",
+        # Lab nodes see this machine's hpckit cache at the same path (hpckit.lab.node), so a Slurm build on a
+        # lab controller lands in, and is found in, it.
+        "slurm_build_cache_dir": str(cache_dir()),
+    }
+
+
+def vm_extravars(wheel: Path) -> dict[str, str]:
+    """VMs have a filesystem of their own and no network beyond the cluster's: the login node and the compute
+    nodes (which run the health checks) pip-install the wheel of this checkout into the image's virtualenv,
+    which holds hpckit's dependencies already, without an index."""
+    return {
+        "hpckit_install_mode": "wheel",
+        "hpckit_login_wheel": str(wheel),
+        "hpckit_login_pip_extra_args": "--no-index --no-deps",
+    }
 
 
 def check_lab_can_run_hpckit() -> None:
@@ -85,6 +103,8 @@ def prepare_target(bp: Blueprint, *, bring_up_lab: bool = True) -> Target:
         ssh = bp.provider.ssh
         key = str(Path(ssh.key).expanduser()) if ssh.key else None
         return Target(bp.cluster_name, SshAccess(ssh.user, ssh.port, key), addresses, lab=False)
+    if isinstance(bp.provider, VmProvider):
+        return _vm_target(bp, addresses, bring_up_lab)
     check_lab_can_run_hpckit()
     spec = spec_from_blueprint(bp)
     not_started, removed = _not_running(spec)
@@ -95,4 +115,18 @@ def prepare_target(bp: Blueprint, *, bring_up_lab: bool = True) -> Target:
         not_started = ()
     ident = ssh_identity(spec.cluster, spec.state_root)
     access = SshAccess(ident.user, 22, str(ident.private_key), str(ident.known_hosts))
-    return Target(bp.cluster_name, access, addresses, lab=True, not_started=not_started)
+    return Target(bp.cluster_name, access, addresses, lab=True, not_started=not_started, runtime=lab_extravars(access))
+
+
+def _vm_target(bp: Blueprint, addresses: dict[str, str], bring_up: bool) -> Target:
+    """As the lab's, with virtual machines: started when missing (the image is built first when the cache
+    lacks it), reached with the VM lab's key; their hpckit is a wheel of this checkout."""
+    spec = vm_spec_from_blueprint(bp)
+    not_started, removed = _not_running(spec.lab)
+    if bring_up and (not_started or removed):
+        vm_up(spec)
+        not_started = ()
+    ident = ssh_identity(spec.cluster, spec.lab.state_root)
+    access = SshAccess(ident.user, 22, str(ident.private_key), str(ident.known_hosts))
+    runtime = vm_extravars(checkout_wheel())
+    return Target(bp.cluster_name, access, addresses, lab=False, not_started=not_started, runtime=runtime)
