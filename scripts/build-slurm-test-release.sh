@@ -14,6 +14,7 @@ base=$cache/sources/slurm-wlm_24.11.5.orig.tar.gz
 fixture=$cache/sources/slurm-24.11.99-hpckit-test.tar.bz2
 base_sha=$(sha256sum "$base" | cut -d' ' -f1)
 if [[ ! -f $fixture || "$(cat "$fixture.base-sha256" 2>/dev/null)" != "$base_sha" ]]; then
+  rm -f "$fixture.base-sha256" # written last: a fixture without it is made again
   work=$(mktemp -d "${TMPDIR:-/tmp}/hpckit-test-release.XXXXXX")
   trap 'rm -rf "$work"' EXIT
   tar -xzf "$base" -C "$work"
@@ -27,8 +28,11 @@ if [[ ! -f $fixture || "$(cat "$fixture.base-sha256" 2>/dev/null)" != "$base_sha
   # Fixed order, owners and times: the same base tarball gives the same fixture.
   tar -C "$work" --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -cf - slurm-24.11.99 \
     | bzip2 -9 >"$work/fixture.tar.bz2"
-  mv "$work/fixture.tar.bz2" "$fixture"
+  mv "$work/fixture.tar.bz2" "$fixture.part"
+  mv "$fixture.part" "$fixture"
   echo "$base_sha" >"$fixture.base-sha256"
+  rm -rf "$work"
+  trap - EXIT
   echo "made $fixture from $base"
 fi
 exec scripts/build-slurm.sh 24.11.99 "$fixture"
