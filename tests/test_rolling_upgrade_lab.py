@@ -22,16 +22,9 @@ from pathlib import Path
 import pytest
 
 from hpckit.paths import source_cache
-from tests.labutil import REPO, Cluster, deployed, hpckit, needs_lab
+from tests.labutil import REPO, Cluster, deployed, hpckit, needs_lab, needs_slurm_source
 
-pytestmark = [
-    pytest.mark.lab,
-    needs_lab(),
-    pytest.mark.skipif(
-        not (source_cache() / "slurm-wlm_24.11.5.orig.tar.gz").is_file(),
-        reason="Slurm 24.11.5's source is not in hpckit's cache (scripts/fetch-slurm-source.sh)",
-    ),
-]
+pytestmark = [pytest.mark.lab, needs_lab(), needs_slurm_source()]
 NAME, NET, BRIDGE = "hroll", "10.77.211", "hroll0"
 # benchmarks/bench_upgrade.py runs this test on more nodes, and reads what it measured from RESULTS_ENV's file.
 NODES = int(os.environ.get("HPCKIT_ROLL_NODES", "4"))
