@@ -8,7 +8,8 @@ Needs root, the lab packages and the 24.11.5 tarball in hpckit's source cache; t
 where its packages are not cached (~20-25 min on 2 cores). One lab at a time: run it under
 `flock /tmp/hpckit-lab.lock`.
 
-Run: python benchmarks/bench_upgrade.py [--nodes 4,16] [--no-record]
+Run: python benchmarks/bench_upgrade.py [--nodes 4,16] [--no-record]; or record what a run of the test measured
+(HPCKIT_ROLL_RESULTS=FILE): python benchmarks/bench_upgrade.py --measured FILE...
 """
 
 from __future__ import annotations
@@ -45,8 +46,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", default="4,16")
     parser.add_argument("--no-record", action="store_true")
+    parser.add_argument("--measured", nargs="+", type=Path, help="the test's measurement files, instead of runs")
     args = parser.parse_args()
-    rows = [measure(int(n)) for n in args.nodes.split(",")]
+    if args.measured:
+        rows = [json.loads(path.read_text()) for path in args.measured]
+    else:
+        rows = [measure(int(n)) for n in args.nodes.split(",")]
     lines = [
         f"| {r['nodes']} | {r['upgrade_s']:.0f} s | {max(r['largest_gap_s'].values()):.2f} s | {r['load'][0]:.1f} |"
         for r in rows
