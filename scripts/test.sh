@@ -6,7 +6,7 @@ V=.venv/bin
 # The whole suite deploys a lab on SchedMD's Slurm built from source (tests/test_build_deploy_lab.py). A cold
 # build takes ~15-25 min on 2 cores: it starts now, beside lint and the other tests, into hpckit's keyed
 # package cache (a machine that keeps /var/cache/hpckit builds once); that test waits for it. The test release
-# 24.11.99 that tests/test_rolling_upgrade_lab.py upgrades to builds next (another ~20-25 min), in the same
+# 24.11.99 that tests/test_rolling_upgrade_lab.py upgrades to builds next (another ~15-25 min), in the same
 # background job. A run that ends first stops them (their own process group); a later run starts again from
 # nothing.
 build_pgid=""
