@@ -6,7 +6,8 @@ job waits behind it. Both jobs complete, accounting still has the jobs from befo
 24.11.99, the heartbeat's largest gap is printed (the goal: no missed beat), and a second upgrade changes nothing.
 
 On a fresh machine the release script first builds 24.11.99 (930 s on a loaded 2-core box; scripts/test.sh
-starts it in the background early, and the test waits for it); with the packages cached it takes 4 s, and the whole test ~4 min (225 s, of which the upgrade 54 s).
+starts it in the background early, and the test waits for it); with the packages cached it takes 4 s, and the
+whole test ~4 min (225 s, of which the upgrade 54 s).
 """
 
 from __future__ import annotations
