@@ -33,6 +33,16 @@ def needs_lab() -> pytest.MarkDecorator:
     return pytest.mark.skipif(reason is not None, reason=reason or "")
 
 
+def needs_slurm_source() -> pytest.MarkDecorator:
+    """Skips a test that builds SchedMD's 24.11.5 where its tarball is not in hpckit's source cache."""
+    from hpckit.paths import source_cache
+
+    return pytest.mark.skipif(
+        not (source_cache() / "slurm-wlm_24.11.5.orig.tar.gz").is_file(),
+        reason="Slurm 24.11.5's source is not in hpckit's cache (scripts/fetch-slurm-source.sh)",
+    )
+
+
 def lab_blueprint(tmp: Path, name: str, net: str, bridge: str, extra: str = "") -> Path:
     """blueprints/lab.yaml under another name, subnet and bridge, so tests never touch an admin's lab."""
     text = (REPO / "blueprints" / "lab.yaml").read_text()

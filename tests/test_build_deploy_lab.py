@@ -20,17 +20,9 @@ from typing import Any
 
 import pytest
 
-from hpckit.paths import source_cache
-from tests.labutil import REPO, CliRun, Cluster, assert_no_change, hpckit, needs_lab
+from tests.labutil import REPO, CliRun, Cluster, assert_no_change, hpckit, needs_lab, needs_slurm_source
 
-pytestmark = [
-    pytest.mark.lab,
-    needs_lab(),
-    pytest.mark.skipif(
-        not (source_cache() / "slurm-wlm_24.11.5.orig.tar.gz").is_file(),
-        reason="Slurm 24.11.5's source is not in hpckit's cache (scripts/fetch-slurm-source.sh)",
-    ),
-]
+pytestmark = [pytest.mark.lab, needs_lab(), needs_slurm_source()]
 NAME, NET, BRIDGE = "hpkbd", "10.77.193", "hpkp3"
 COMPUTE = ["node1", "node2", "node3", "node4"]
 BUILD_TIMEOUT_S = 3600.0
