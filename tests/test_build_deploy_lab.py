@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from tests.labutil import REPO, CliRun, Cluster, assert_no_change, hpckit, needs_lab, needs_slurm_source
+from tests.labutil import REPO, CliRun, Cluster, assert_no_change, hpckit, needs_built_slurm, needs_lab
 
-pytestmark = [pytest.mark.lab, needs_lab(), needs_slurm_source()]
+pytestmark = [pytest.mark.lab, needs_lab(), needs_built_slurm("24.11.5")]
 NAME, NET, BRIDGE = "hpkbd", "10.77.193", "hpkp3"
 COMPUTE = ["node1", "node2", "node3", "node4"]
 BUILD_TIMEOUT_S = 3600.0
