@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from hpckit.proc import TransportError
 from tests.labutil import CliRun, Cluster, hpckit
 from tests.vmutil import leftovers, needs_vms, vm_blueprint
 
@@ -121,7 +122,8 @@ def _node_state(vms: Vms, node: str) -> str:
 
 def test_a_rebooted_node_comes_back_idle_on_its_own(vms: Vms) -> None:
     boot = vms.out("node2", "cat", "/proc/sys/kernel/random/boot_id").strip()
-    vms.on("node2", "systemctl", "reboot", check=False, timeout=30)
+    # Queued, so that the command returns before the machine goes down.
+    vms.on("node2", "systemctl", "--no-block", "reboot", check=False, timeout=30)
     deadline = time.monotonic() + 600
     seen: list[str] = []
     new_boot = ""
@@ -131,7 +133,10 @@ def test_a_rebooted_node_comes_back_idle_on_its_own(vms: Vms) -> None:
         seen.append(state)
         if state != "idle":
             continue
-        done: Any = vms.on("node2", "cat", "/proc/sys/kernel/random/boot_id", check=False, timeout=30)
+        try:  # Slurm may still call it idle while it reboots, and SSH does not answer then
+            done: Any = vms.on("node2", "cat", "/proc/sys/kernel/random/boot_id", check=False, timeout=30)
+        except TransportError:
+            continue
         new_boot = str(done.stdout).strip() if done.ok else ""
         if new_boot and new_boot != boot:
             break

@@ -156,10 +156,11 @@ class _Checker:
     def _lab_subnet(self) -> ipaddress.IPv4Network | None:
         prov = self.data.get("provider")
         defaults = {"lab": "10.77.0.0/24", "vm": "10.78.0.0/24"}  # the providers' default subnets
-        if not isinstance(prov, dict) or prov.get("type") not in defaults:
-            return None
+        kind = prov.get("type") if isinstance(prov, dict) else None
+        if not isinstance(prov, dict) or not isinstance(kind, str) or kind not in defaults:
+            return None  # an unknown or malformed provider is the model's to report
         try:
-            return ipaddress.IPv4Network(str(prov.get("subnet", defaults[str(prov.get("type"))])))
+            return ipaddress.IPv4Network(str(prov.get("subnet", defaults[kind])))
         except ValueError:
             return None
 
