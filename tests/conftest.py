@@ -12,6 +12,12 @@ REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests of a Slurm built from source run last: scripts/test.sh builds what the package cache lacks in the
+    background, and every other test running first gives those builds the time they need."""
+    items.sort(key=lambda item: item.get_closest_marker("built_slurm") is not None)
+
+
 @pytest.fixture
 def repo() -> Path:
     return REPO

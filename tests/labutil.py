@@ -35,8 +35,8 @@ def needs_lab() -> pytest.MarkDecorator:
 
 def needs_built_slurm(*versions: str) -> pytest.MarkDecorator:
     """Skips a test that deploys SchedMD's Slurm built from source unless each of ``versions`` is built in
-    hpckit's package cache, or HPCKIT_TEST_BUILD=1 lets the test build it (a cold build takes 15-25 min on 2
-    cores, each; scripts/test.sh then starts the builds in the background first). Either way the 24.11.5
+    hpckit's package cache, or HPCKIT_TEST_BUILD=1 lets the test build it (a cold build takes ~15 min of 2
+    cores; scripts/test.sh, which sets it, starts the builds in the background first). Either way the 24.11.5
     tarball must be in the source cache (scripts/fetch-slurm-source.sh)."""
     import os
 
@@ -48,7 +48,7 @@ def needs_built_slurm(*versions: str) -> pytest.MarkDecorator:
     missing = [v for v in versions if v not in built]
     reason = (
         f"Slurm {', '.join(missing)} not built in hpckit's package cache: scripts/build-slurm.sh (and "
-        "scripts/build-slurm-test-release.sh) build them, or HPCKIT_TEST_BUILD=1 lets the tests build them"
+        "scripts/build-slurm-test-release.sh) build them; scripts/test.sh builds them unless HPCKIT_TEST_BUILD=0"
     )
     return pytest.mark.skipif(bool(missing) and os.environ.get("HPCKIT_TEST_BUILD") != "1", reason=reason)
 

@@ -22,7 +22,7 @@ import pytest
 
 from tests.labutil import REPO, CliRun, Cluster, assert_no_change, hpckit, needs_built_slurm, needs_lab
 
-pytestmark = [pytest.mark.lab, needs_lab(), needs_built_slurm("24.11.5")]
+pytestmark = [pytest.mark.lab, needs_lab(), needs_built_slurm("24.11.5"), pytest.mark.built_slurm]
 NAME, NET, BRIDGE = "hpkbd", "10.77.193", "hpkp3"
 COMPUTE = ["node1", "node2", "node3", "node4"]
 BUILD_TIMEOUT_S = 3600.0

@@ -25,7 +25,7 @@ import pytest
 from hpckit.paths import source_cache
 from tests.labutil import REPO, Cluster, deployed, hpckit, needs_built_slurm, needs_lab
 
-pytestmark = [pytest.mark.lab, needs_lab(), needs_built_slurm("24.11.5", "24.11.99")]
+pytestmark = [pytest.mark.lab, needs_lab(), needs_built_slurm("24.11.5", "24.11.99"), pytest.mark.built_slurm]
 NAME, NET, BRIDGE = "hroll", "10.77.211", "hroll0"
 # benchmarks/bench_upgrade.py runs this test on more nodes, and reads what it measured from RESULTS_ENV's file.
 NODES = int(os.environ.get("HPCKIT_ROLL_NODES", "4"))
