@@ -20,9 +20,9 @@ from hpckit.deploy.join import SLURMD_LOG, JoinReport, wait_for_join
 from hpckit.deploy.playvars import build_vars
 from hpckit.deploy.record import RECORDED_CONFIGS, DeploymentRecord, retired_hosts, run_info
 from hpckit.deploy.runner import PlaybookRun, RunOutcome, ansible_version, run_playbook
+from hpckit.deploy.source_fetch import with_local_source
 from hpckit.deploy.targets import Target, prepare_target
 from hpckit.errors import HpckitError, InputError
-from hpckit.paths import source_cache
 from hpckit.proc import Transport
 from hpckit.slurm.client import SlurmClient
 
@@ -59,7 +59,7 @@ def _timed(timings: dict[str, float], name: str, start: float) -> None:
 
 def installable(bp: Blueprint) -> None:
     """InputError, before any host is touched, for a Slurm the roles cannot install yet: the distribution's
-    packages anywhere, SchedMD's release built from a local tarball on the lab; a cluster of other packages with
+    packages anywhere, SchedMD's release built on the lab (from a path or a URL); a cluster of other packages with
     a slurm.conf written for another release would not start."""
     mode, slurm = bp.slurm.install_mode, bp.slurm
     where = f"slurm.install: {mode} (Slurm {slurm.version})"
@@ -67,15 +67,11 @@ def installable(bp: Blueprint) -> None:
         raise InputError(f"not yet supported: {where}; use install: build (the lab) or install: distro")
     if mode == "build" and not isinstance(bp.provider, LabProvider):
         raise InputError(f"not yet supported: {where} outside the lab; use install: distro on real hosts for now")
-    if mode == "build" and slurm.source is not None and not slurm.source.startswith("/"):
-        raise InputError(
-            f"slurm.source: {slurm.source} is a URL, and the build host does not download yet; put the tarball "
-            f"in hpckit's source cache ({source_cache()}) or give its absolute path"
-        )
 
 
 def deploy(bp: Blueprint, tracker: Tracker, sink: EventSink, opts: DeployOptions | None = None) -> DeployResult:
     installable(bp)
+    bp = with_local_source(bp)
     opts = opts or DeployOptions()
     timings: dict[str, float] = {}
     t0 = time.monotonic()

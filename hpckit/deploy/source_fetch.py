@@ -1,0 +1,81 @@
+"""slurm.source given as a URL: fetched once, on the deploying machine, into hpckit's source cache.
+
+The build host then reads it by path like any local tarball (on the lab the cache is the same path in every
+node). A download is written beside its final name and moved there only when it is whole and, where
+slurm.source_sha256 is given, has that hash: an interrupted or wrong download never passes for the release.
+The cached file is used again while it still has the hash asked for (or, without one, while it is there).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+from hpckit.blueprint.models import Blueprint
+from hpckit.errors import InputError
+from hpckit.paths import source_cache
+
+__all__ = ["FETCH_TIMEOUT_S", "fetch_source", "with_local_source"]
+
+FETCH_TIMEOUT_S = 60.0
+_CHUNK = 1 << 20
+
+
+def with_local_source(bp: Blueprint, say: Callable[[str], None] = lambda _: None) -> Blueprint:
+    """``bp`` with a URL slurm.source replaced by the cached file's path (fetched first where needed);
+    ``bp`` itself where the source is a path or absent, or Slurm is not built."""
+    slurm = bp.slurm
+    if slurm.install_mode != "build" or slurm.source is None or slurm.source.startswith("/"):
+        return bp
+    path = fetch_source(slurm.source, slurm.source_sha256, source_cache(), say)
+    return bp.model_copy(update={"slurm": slurm.model_copy(update={"source": str(path)})})
+
+
+def fetch_source(url: str, sha256: str | None, cache: Path, say: Callable[[str], None] = lambda _: None) -> Path:
+    """The cached copy of ``url`` in ``cache``, downloaded where absent or not of ``sha256``; InputError naming
+    slurm.source and what went wrong otherwise (nothing is left under the final name)."""
+    name = Path(urllib.parse.urlsplit(url).path).name
+    if not name:
+        raise InputError(f"slurm.source: {url} names no file to fetch")
+    dest = cache / name
+    if dest.is_file() and (sha256 is None or _sha256(dest) == sha256.lower()):
+        return dest
+    cache.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(f".{name}.{os.getpid()}.part")
+    say(f"fetching Slurm's source from {url}")
+    try:
+        got = _download(url, part)
+        if sha256 is not None and got != sha256.lower():
+            raise InputError(
+                f"slurm.source: {url} has SHA256 {got}, not {sha256.lower()} (slurm.source_sha256); "
+                "the download was removed"
+            )
+        os.replace(part, dest)
+    finally:
+        part.unlink(missing_ok=True)
+    return dest
+
+
+def _download(url: str, part: Path) -> str:
+    digest = hashlib.sha256()
+    try:
+        with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_S) as response, part.open("wb") as out:
+            while chunk := response.read(_CHUNK):
+                digest.update(chunk)
+                out.write(chunk)
+    except urllib.error.HTTPError as e:
+        raise InputError(f"slurm.source: fetching {url} failed: HTTP {e.code} {e.reason}") from e
+    except (urllib.error.URLError, OSError) as e:
+        reason = e.reason if isinstance(e, urllib.error.URLError) else e
+        raise InputError(f"slurm.source: fetching {url} failed: {reason}") from e
+    return digest.hexdigest()
+
+
+def _sha256(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
