@@ -1,5 +1,5 @@
 """The rolling upgrade's wall time and the running job's largest heartbeat gap, on 4 nodes and on more:
-tests/test_rolling_upgrade_lab.py (a lab on SchedMD's 24.11.5 built from source, `hpckit upgrade --batch 2` to
+tests/test_rolling_upgrade_lab.py (a lab on SchedMD's 24.11.5 built from source, `hpckit upgrade --batch 50%` to
 the test release 24.11.99 while a job on every node writes a line a second to the shared filesystem) run once
 per node count; the test hands what it measured to this script through a file. The target: 16 nodes take at
 most 1.5x the time of 4, and the heartbeat misses no beat (largest gap near 1 s).
@@ -58,7 +58,7 @@ def main() -> None:
     ]
     body = (
         "## Rolling Slurm upgrade, 24.11.5 -> 24.11.99 (`benchmarks/bench_upgrade.py`)\n\n"
-        "`hpckit upgrade --batch 2` on a lab built from source (controller with slurmdbd, login, N nodes), packages "
+        "`hpckit upgrade --batch 50%` on a lab built from source (controller with slurmdbd, login, N nodes), packages "
         "cached, while a job on every node writes a heartbeat line a second to the shared filesystem. Target: 16 "
         "nodes within 1.5x the time of 4, no missed beat.\n\n"
         "| nodes | upgrade wall | largest heartbeat gap (any node) | load (1 min) after |\n"
