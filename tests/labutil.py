@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -88,15 +89,63 @@ def assert_no_change(run: CliRun) -> None:
     assert not changed, changed
 
 
-def hpckit(*args: str, state: Path, timeout: float = 600) -> CliRun:
+def _hpckit_env(state: Path) -> dict[str, str]:
     # A private TMPDIR per cluster lets tests see exactly what a run leaves behind.
     tmp = state / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "HPCKIT_STATE": str(state), "TMPDIR": str(tmp)}
+    return {**os.environ, "HPCKIT_STATE": str(state), "TMPDIR": str(tmp)}
+
+
+def hpckit(*args: str, state: Path, timeout: float = 600) -> CliRun:
     done = subprocess.run(
-        [sys.executable, "-m", "hpckit", *args], capture_output=True, text=True, env=env, timeout=timeout, check=False
+        [sys.executable, "-m", "hpckit", *args],
+        capture_output=True,
+        text=True,
+        env=_hpckit_env(state),
+        timeout=timeout,
+        check=False,
     )
     return CliRun(done.returncode, done.stdout, done.stderr)
+
+
+class Started:
+    """An hpckit command running in the background while a test acts on the cluster; its output goes to
+    files, so that a test that does not read it for minutes never blocks it on a full pipe."""
+
+    def __init__(self, *args: str, state: Path) -> None:
+        env = _hpckit_env(state)
+        self._out = (state / "tmp" / "started.out").open("w+")
+        self._err = (state / "tmp" / "started.err").open("w+")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "hpckit", *args], stdout=self._out, stderr=self._err, text=True, env=env
+        )
+        self._done: CliRun | None = None
+
+    def running(self) -> bool:
+        return self.process.poll() is None
+
+    def finish(self, timeout: float = 600) -> CliRun:
+        """Wait for the command (interrupted past ``timeout``) and return its exit status and output; the
+        same again on later calls."""
+        if self._done is not None:
+            return self._done
+        try:
+            rc = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            # Ctrl-C first: hpckit then ends its ansible-playbook too, which SIGKILL would leave running.
+            self.process.send_signal(signal.SIGINT)
+            try:
+                rc = self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                rc = self.process.wait()
+        outputs = []
+        for file in (self._out, self._err):
+            file.seek(0)
+            outputs.append(file.read())
+            file.close()
+        self._done = CliRun(rc, outputs[0], outputs[1])
+        return self._done
 
 
 class Cluster:

@@ -467,3 +467,14 @@ def test_hpckit_inspect_reads_and_compares(tmp_path: Path) -> None:
     assert found["checks"] == {"succeeds": True, "fails": False}
     assert found["reads"] == {"lines": "a\nb", "quoted": "it's"}
     assert found["differs"] is True and found["changed"] is False
+
+
+def test_ssh_gives_up_on_a_host_that_goes_silent() -> None:
+    """A host gone from the network sends no reset: only keepalives end the connection, and the run."""
+    import configparser
+
+    cfg = configparser.ConfigParser(interpolation=None)
+    cfg.read(ANSIBLE / "ansible.cfg")
+    words = cfg["ssh_connection"]["ssh_args"].split()
+    options = dict(word.split("=", 1) for word in words if "=" in word)
+    assert int(options["ServerAliveInterval"]) > 0 and int(options["ServerAliveCountMax"]) > 0, options

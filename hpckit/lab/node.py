@@ -416,10 +416,21 @@ def start_sshd(record: NodeRecord, node: LabNode) -> None:
         raise LabError(f"node {node.name}: starting sshd failed: {(result.stdout + result.stderr).strip()}")
 
 
-def stop_sshd(record: NodeRecord, node: LabNode) -> None:
-    result = NodeTransport(record, node.name).run(["/etc/init.d/ssh", "stop"], env=NODE_ENV, timeout=30)
+def stop_sshd(record: NodeRecord, node: LabNode, *, sessions: bool = False) -> None:
+    """Stop sshd through Debian's init script, which ends only the listener; with ``sessions``, kill every
+    sshd process of the node as well, so that the connections open to it (Ansible's ControlPersist
+    masters) drop as they would when the node goes away. pkill runs in the node's PID namespace and reads
+    the node's own /proc, so it sees no process outside the node."""
+    transport = NodeTransport(record, node.name)
+    result = transport.run(["/etc/init.d/ssh", "stop"], env=NODE_ENV, timeout=30)
     if result.rc != 0:
         raise LabError(f"node {node.name}: stopping sshd failed: {(result.stdout + result.stderr).strip()}")
+    if not sessions:
+        return
+    # OpenSSH 9.8 and later run each session as sshd-session; rc 1 is "no such process".
+    killed = transport.run(["pkill", "--signal", "KILL", "--exact", "sshd|sshd-session"], env=NODE_ENV, timeout=30)
+    if killed.rc not in (0, 1):
+        raise LabError(f"node {node.name}: ending sshd's sessions failed: {(killed.stdout + killed.stderr).strip()}")
 
 
 def remove_dirs(dirs: NodeDirs) -> None:

@@ -349,12 +349,16 @@ def shared_dir_source(cluster: str, shared_dir: str, state_root: Path = DEFAULT_
     return LabPaths.of(state_root, cluster).shared_source(shared_dir)
 
 
-def node_stop_sshd(cluster: str, node_name: str, state_root: Path = DEFAULT_STATE_ROOT) -> None:
-    """Stop a node's sshd (the node keeps running): what a test needs for 'a node SSH cannot reach'."""
+def node_stop_sshd(
+    cluster: str, node_name: str, state_root: Path = DEFAULT_STATE_ROOT, *, sessions: bool = False
+) -> None:
+    """Stop a node's sshd (the node keeps running): what a test needs for 'a node SSH cannot reach'. New
+    connections are refused; those already open stay unless ``sessions``, which ends them too: a node lost
+    in the middle of a run."""
     guards.require_root()
     spec = state.load_spec(LabPaths.of(state_root, cluster))
     lab_node = spec.node(node_name)
-    node.stop_sshd(_running_record(cluster, node_name, state_root), lab_node)
+    node.stop_sshd(_running_record(cluster, node_name, state_root), lab_node, sessions=sessions)
     deadline = time.monotonic() + SSHD_WAIT_S
     while ssh.sshd_answers(lab_node.address, timeout=0.5):
         if time.monotonic() > deadline:
