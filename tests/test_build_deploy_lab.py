@@ -124,6 +124,8 @@ def test_auth_slurm_without_munge(lab: Lab) -> None:
         )
     )
     assert (config["AuthType"], config["CredType"]) == ("auth/slurm", "cred/slurm"), config
+    dbd = cluster.on("ctl", "grep", "^AuthType=", "/etc/slurm/slurmdbd.conf").stdout.strip()
+    assert dbd == "AuthType=auth/slurm"  # and sacct answers (above): slurmdbd runs on it
     for host in HOSTS:
         assert cluster.on(host, "pgrep", "-x", "munged", check=False).stdout.strip() == "", host
 
