@@ -86,6 +86,7 @@ def _evaluate(tmp_path: Path, dpkg: str, extra: dict[str, Any] | None = None) ->
             "gather_facts": False,
             "vars": {
                 "slurm_build_host": "ctl",
+                "slurm_user": "slurm",
                 "slurm_packages_state": {"reads": {"dpkg": dpkg}, "checks": {"cache_seen": True}},
             },
             "tasks": [
@@ -98,6 +99,14 @@ def _evaluate(tmp_path: Path, dpkg: str, extra: dict[str, Any] | None = None) ->
                         "dest": f"{tmp_path}/{{{{ inventory_hostname }}}}.json",
                         "mode": "0644",
                     }
+                },
+                {
+                    "ansible.builtin.template": {
+                        "src": str(ROLE / "templates" / "slurm-daemon.init.j2"),
+                        "dest": f"{tmp_path}/{{{{ inventory_hostname }}}}-{{{{ item }}}}.init",
+                        "mode": "0755",
+                    },
+                    "loop": "{{ slurm_packages_daemons }}",
                 },
             ],
         }
@@ -147,6 +156,13 @@ def test_nothing_to_do_at_the_build_version_and_an_upgrade_replaces_all(tmp_path
     assert hosts["login"]["names"] == ["slurm-smd", "slurm-smd-client", "slurm-smd-sackd"]
     assert hosts["login"]["todo"] == [] and hosts["login"]["conflicts"] == []
     assert hosts["login"]["daemons"] == ["sackd"]
+    sackd, slurmctld = (tmp_path / "login-sackd.init").read_text(), (tmp_path / "ctl-slurmctld.init").read_text()
+    # sackd writes no pid file: in the foreground as the Slurm user, its pid file start-stop-daemon's own.
+    assert 'OPTIONS="-D $OPTIONS"' in sackd and "--make-pidfile --chuid slurm" in sackd
+    assert "install -d -o slurm -g slurm -m 0755 /run/slurm;" in sackd
+    assert "install -d -o slurm -g slurm -m 0755 /run/slurmctld;" in slurmctld and "-D $OPTIONS" not in slurmctld
+    for script in tmp_path.glob("*.init"):
+        subprocess.run(["sh", "-n", str(script)], check=True)
     older = at.replace("24.11.5-1", "24.11.4-1")
     hosts = _evaluate(tmp_path, older, {"slurm_packages_sackd": True, "enroot_pyxis_pyxis": True})
     assert hosts["login"]["todo"] == _debs("slurm-smd", "slurm-smd-client", "slurm-smd-dev", "slurm-smd-sackd")

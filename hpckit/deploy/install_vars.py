@@ -21,6 +21,7 @@ BUILT_ROLE_PACKAGES: dict[str, list[str]] = {
     "slurm_controller_packages": ["slurm-smd-slurmctld"],
     "slurm_compute_packages": ["slurm-smd-slurmd"],
     "slurm_login_packages": ["slurm-smd-client"],
+    "slurm_login_sackd_packages": ["slurm-smd-sackd"],
     "slurm_accounting_packages": ["mariadb-server", "slurm-smd-slurmdbd"],
 }
 
