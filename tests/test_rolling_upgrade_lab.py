@@ -18,6 +18,7 @@ import os
 import subprocess
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from itertools import pairwise
 from pathlib import Path
 
@@ -98,6 +99,22 @@ def _largest_gaps(cluster: Cluster) -> dict[str, float]:
     return gaps
 
 
+def _busy_s() -> float:
+    """CPU seconds this box has spent busy since boot, all cores (for the benchmark: the lab's nodes share them)."""
+    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _slurmd_batches_s(cluster: Cluster) -> float:
+    """Seconds the upgrade spent in its slurmd batches, from the record's events (each play's start to the next)."""
+    lines = (cluster.state / "clusters" / NAME / "current" / "events.jsonl").read_text().splitlines()
+    starts = [json.loads(line) for line in lines]
+    starts = [e for e in starts if e["event"] in ("playbook_on_play_start", "playbook_on_stats")]
+    stamps = [(e.get("play", ""), datetime.fromisoformat(e["created"])) for e in starts]
+    return sum((b - a).total_seconds() for (play, a), (_, b) in pairwise(stamps) if play.startswith("Upgrade slurmd"))
+
+
 def _state(cluster: Cluster, job: str) -> str:
     out: str = cluster.on("login", "sacct", "-X", "-n", "-P", "-j", job, "-o", "State").stdout
     return out.strip()
@@ -154,9 +171,9 @@ def test_a_rolling_upgrade_keeps_the_jobs_running(lab: Cluster, release: Path) -
     assert lab.on("login", "squeue", "-h", "-j", behind, "-o", "%T").stdout.strip() == "PENDING"
 
     target = blueprint(lab.blueprint.parent, TARGET, release)
-    started = time.monotonic()
+    started, busy = time.monotonic(), _busy_s()
     done = hpckit("upgrade", str(target), "--batch", BATCH, "--yes", "-q", state=lab.state, timeout=BUILD_TIMEOUT_S)
-    upgrade_s = time.monotonic() - started
+    upgrade_s, busy = time.monotonic() - started, _busy_s() - busy
     assert done.rc == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert f"Slurm {TARGET} on every host" in done.stdout, done.stdout
     lab.on("ctl", "touch", f"{SHARED}/stop")
@@ -166,7 +183,15 @@ def test_a_rolling_upgrade_keeps_the_jobs_running(lab: Cluster, release: Path) -
     gaps = _largest_gaps(lab)
     print(f"\nupgrade to {TARGET} ({NODES} nodes, batch {BATCH}): {upgrade_s:.0f} s; largest heartbeat gap: {gaps}")
     if os.environ.get(RESULTS_ENV):
-        measured = {"nodes": NODES, "upgrade_s": upgrade_s, "largest_gap_s": gaps, "load": os.getloadavg()}
+        measured = {
+            "nodes": NODES,
+            "upgrade_s": upgrade_s,
+            "largest_gap_s": gaps,
+            "load": os.getloadavg(),
+            "box_busy_s": busy,
+            "cores": os.cpu_count(),
+            "slurmd_batches_s": _slurmd_batches_s(lab),
+        }
         Path(os.environ[RESULTS_ENV]).write_text(json.dumps(measured))
     jobs = lab.on("login", "sacct", "-X", "-n", "-P", "-S", "2020-01-01", "-o", "JobName,State").stdout.splitlines()
     assert "before|COMPLETED" in jobs, jobs
