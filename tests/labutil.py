@@ -36,9 +36,9 @@ def needs_lab() -> pytest.MarkDecorator:
 
 def needs_built_slurm(*versions: str) -> pytest.MarkDecorator:
     """Skips a test that deploys SchedMD's Slurm built from source unless each of ``versions`` is built in
-    hpckit's package cache, or HPCKIT_TEST_BUILD=1 lets the test build it (a cold build takes ~15 min of 2
-    cores; scripts/test.sh, which sets it, starts the builds in the background first). Either way the 24.11.5
-    tarball must be in the source cache (scripts/fetch-slurm-source.sh)."""
+    hpckit's package cache, or HPCKIT_TEST_BUILD=1 lets the test build it (a cold build takes ~10 min of CPU,
+    ~13 min at low priority; scripts/test.sh, which sets it, starts the builds in the background first). Either
+    way the 24.11.5 tarball must be in the source cache (scripts/fetch-slurm-source.sh)."""
     import os
 
     from hpckit.paths import cache_dir, source_cache
