@@ -138,6 +138,19 @@ def test_a_run_nccl_tests_calls_failed_is_failed_with_its_words(tmp_path: Path) 
     assert "Test NCCL failure common.cu:1204 'unhandled cuda error" in lines[1]
 
 
+def test_a_failure_inside_a_row_is_the_job_failure_s_first_words(tmp_path: Path) -> None:
+    """The CUDA error printed inside a row (nccl-tests#355) is what the failure says first, not the
+    "Test failure" trace lines after it."""
+    output = (DATA.parent / "results" / "issue-nccl-tests-355-test-cuda-failure-mid-row.txt").read_text()
+    facts = ClusterFacts("hgx", "gpu", 16, 224, 8, "h100-sxm", 8, 400.0, "/shared", False)
+    record = JobRecord("9", "FAILED", 1, 0, ("gpu01", "gpu02"), "sacct", batch_host="gpu01")
+    req = BenchRequest(get("alltoall"), 2, backend="nccl-tests", bench_dir=str(tmp_path), history=False)
+    with pytest.raises(BenchJobFailed) as caught:
+        run_bench(req, context(FakeCluster(output, record), facts, tmp_path))
+    lines = str(caught.value).splitlines()
+    assert lines[1] == "27: node0: Test CUDA failure common.cu:389 'an illegal memory access was encountered'"
+
+
 def test_a_lost_node_is_named(lab_facts: ClusterFacts, tmp_path: Path) -> None:
     output = (DATA / "lab-torch-allreduce-node3-killed.out").read_text()
     record = JobRecord("4", "FAILED", 15, 0, LAB_NODES, "sacct", batch_host="node1")

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from hpckit.cli.results import results
-from hpckit.results import ParseError, chunks, detect_kind, parse_file, parse_text
+from hpckit.results import ParseError, ParseResult, chunks, detect_kind, parse_file, parse_text
 from tests.resultsutil import DATA, fast_and_exact
 
 H100 = "all_reduce-modern-2node-16gpu-h100-a3mega-full-sweep.txt"
@@ -85,7 +85,8 @@ def test_failure_and_a_last_row_cut_after_its_keys() -> None:  # NVIDIA/nccl-tes
     r = parse_file(DATA / "issue-nccl-tests-280-test-nccl-failure-last-row-cut.txt")
     assert r.failed and r.partial
     assert sorted(set(r.frame["size_bytes"])) == [8, 16, 32]  # the cut row is not a row
-    assert "line 16: last row is incomplete (truncated output)" in r.warnings[0]
+    assert r.warnings[0].startswith("line 1: the test failed: c2211f46f318: Test NCCL failure common.cu:1005")
+    assert "line 16: last row is incomplete (truncated output)" in r.warnings[1]  # the cause comes first
 
 
 def test_cuda_failure_alone_is_a_failed_nccl_run() -> None:  # NVIDIA/nccl-tests#66
@@ -93,6 +94,45 @@ def test_cuda_failure_alone_is_a_failed_nccl_run() -> None:  # NVIDIA/nccl-tests
     r = parse_file(path)
     assert r.kind == "nccl-tests" and r.failed and r.frame.empty
     assert r.warnings == ["line 1: the test failed: Test CUDA failure common.cu:730 'unknown error'"]
+
+
+MID_ROW = "issue-nccl-tests-355-test-cuda-failure-mid-row.txt"
+MID_ROW_CAUSE = "node0: Test CUDA failure common.cu:389 'an illegal memory access was encountered'"
+
+
+def test_a_cuda_failure_printed_inside_a_row_is_the_stated_cause(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVIDIA/nccl-tests#355: the row starts, the CUDA error ends its line, the "Test failure" trace
+    follows; the error is the cause, not the trace, on every path (exact, fast, small chunks)."""
+    text = (DATA / MID_ROW).read_text()
+    r, _ = fast_and_exact(text, "nccl-tests")
+    assert isinstance(r, ParseResult) and r.failed and r.partial and r.frame.empty
+    assert r.meta["cause"] == f"27: {MID_ROW_CAUSE}"
+    assert r.warnings[0] == f"line 27: the test failed: {MID_ROW_CAUSE} (6 more failure lines)"
+    assert r.meta["failures"][:2] == [  # type: ignore[index]
+        f"27: {MID_ROW_CAUSE}",
+        "28: .. node0 pid 62767: Test failure common.cu:519",
+    ]
+    monkeypatch.setattr(chunks, "CHUNK_BYTES", 300)
+    assert parse_file(DATA / MID_ROW).meta["cause"] == r.meta["cause"]
+
+
+def test_the_cause_comes_first_even_after_the_trace_lines() -> None:
+    """Ranks print at once: another rank's "Test failure" trace may come before the line that says
+    why (the #355 lines, the trace's first line moved above the row)."""
+    lines = (DATA / MID_ROW).read_text().split("\n")
+    lines.insert(26, lines.pop(27))
+    r, _ = fast_and_exact("\n".join(lines), "nccl-tests")
+    assert isinstance(r, ParseResult)
+    assert r.meta["cause"] == f"28: {MID_ROW_CAUSE}"
+    assert r.meta["failures"][0] == f"28: {MID_ROW_CAUSE}"  # type: ignore[index]
+    assert r.warnings[0].startswith(f"line 28: the test failed: {MID_ROW_CAUSE}")
+
+
+def test_the_cli_names_the_cause() -> None:
+    out = CliRunner().invoke(results, ["parse", str(DATA / MID_ROW)])
+    assert out.exit_code == 1
+    assert f"the test failed: {MID_ROW_CAUSE}" in out.stderr.splitlines()[0]
+    assert out.stderr.splitlines()[-1].endswith(f"the test failed: {MID_ROW_CAUSE}")
 
 
 def test_failed_run_in_the_cli_table_json_and_exit_code() -> None:

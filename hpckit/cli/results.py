@@ -49,9 +49,11 @@ def parse(
     else:
         _print(parsed)
     _write(parsed, csv_out, parquet_out, plot_out)
-    failed = [src for src, r in parsed if r.failed]
-    for src in failed:
-        click.echo(f"hpckit: error: {src}: the test failed (see its warnings)", err=True)
+    failed = [(src, r.meta.get("cause")) for src, r in parsed if r.failed]
+    for src, cause in failed:
+        # the log's own words for why (its line number first, as in meta), else the warnings
+        why = f": {str(cause).split(': ', 1)[-1]}" if cause else " (see its warnings)"
+        click.echo(f"hpckit: error: {src}: the test failed{why}", err=True)
     if failed:
         sys.exit(1)
 

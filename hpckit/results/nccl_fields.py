@@ -184,6 +184,17 @@ NCCL_MARKERS = re.compile(
 # A test that died says so (nccl-tests' common.h: "%s: Test NCCL failure %s:%d '%s'", "Test CUDA
 # failure", then " .. %s pid %d: Test failure %s:%d"; 1.x builds print "NCCL failure file.cu:95")
 FAILURE = re.compile(r"\bTest (?:NCCL |CUDA )?failure\b|\b(?:NCCL|CUDA) failure \S+\.cu:\d+")
+# What says why a test died (NCCL's or CUDA's error, "host: " before it), wherever its line puts it:
+# a kernel fault may cut a result row, which then ends in "node0: Test CUDA failure common.cu:389 ..."
+CAUSE = re.compile(r"(?:[^\s:]+:[ \t]+)?(?:Test (?:NCCL|CUDA) failure\b|\b(?:NCCL|CUDA) failure \S+\.cu:\d+)")
+
+
+def failure_message(line: str) -> tuple[str, bool]:
+    """A failure line as shown: from where NCCL's or CUDA's message starts (what came before on its
+    line, a cut row or a launcher prefix, dropped), and whether it is such a message (a cause) or
+    only the trace nccl-tests prints after one (" .. host pid N: Test failure common.cu:519")."""
+    m = CAUSE.search(line)
+    return (line.strip(), False) if m is None else (line[m.start() :].strip(), True)
 
 
 def classify_header(line: str) -> LineRule | None:

@@ -36,8 +36,8 @@ def line_matches(text: str, row: str, hash_start: str, device: str, hashed: str,
     """The scan regex's matches (kind, block, 1-based line number of its first line, count of
     lines), in file order, from the line tests ``row``, ``device`` and ``hashed`` (regexes tried
     at a line's start, each without its `.*` tail; ``hash_start``: what both of the last two begin
-    with), and the lines that are not rows where ``failure`` is found; None for text that is not
-    ASCII or a test RE2 cannot read."""
+    with), and the lines where ``failure`` is found; None for text that is not
+    ASCII or a test RE2 cannot read (``failure`` must hold the word "failure")."""
     if not text.isascii():
         return None  # Python's \d is Unicode there
     lines = text_lines(text)
@@ -54,7 +54,10 @@ def line_matches(text: str, row: str, hash_start: str, device: str, hashed: str,
         # a device line is read as such even when the header test passes too
         is_header = hashed_start & bool_mask(pc.match_substring_regex(distinct, f"^(?:{hashed})")) & ~is_device
         devices, headers = others[is_device[codes]], others[is_header[codes]]
-        failed = others[bool_mask(pc.match_substring_regex(distinct, failure))[codes]]
+        # every line, rows too (a kernel fault cuts a row with its error), in a log that has the word
+        failed = others[:0]
+        if "failure" in text:
+            failed = np.flatnonzero(bool_mask(pc.match_substring_regex(lines, failure)))
     except pa.ArrowInvalid:
         return None  # RE2 cannot read a test after all
     offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset : lines.offset + len(lines) + 1]

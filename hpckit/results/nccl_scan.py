@@ -23,6 +23,7 @@ from hpckit.results.nccl_fields import (
     NCCL_VERSION,
     LineRule,
     classify_header,
+    failure_message,
     triggers,
 )
 from hpckit.results.nccl_lines import Match, line_matches
@@ -71,7 +72,6 @@ def line_tests(rules: tuple[LineRule, ...]) -> LineTests:
 
 
 TESTS = line_tests(HEADER_RULES)
-_ROW_START = re.compile(_ROW_TEST)
 _STARTERS = frozenset({"version", "start", "params"})
 _FOOTERS = frozenset({"oob", "avg", "end"})
 _RANK0 = re.compile(r"#\s*Rank\s+0\b")
@@ -132,7 +132,8 @@ class Scan:
     interleaved: bool = False
     last_row_line: int = 0
     warnings: list[str] = field(default_factory=list)
-    failures: list[tuple[int, str]] = field(default_factory=list)  # (line number, line)
+    failures: list[tuple[int, str]] = field(default_factory=list)  # (line number, message)
+    cause: tuple[int, str] | None = None  # the first failure line that says why (NCCL's or CUDA's error)
     pending: list[Run] = field(default_factory=list)  # runs with rows not yet parsed
     last_line: tuple[int, str] = (0, "")  # the last line that is not blank
     first_line: tuple[int, str] = (1, "")  # the first line that is not blank (for errors)
@@ -175,7 +176,11 @@ def scan_chunk(sc: Scan, text: str, first_line: int, lines: int | None = None) -
     no_rows = others is not None and not any("_" in c.text for r in sc.pending for c in r.chunks)
     _binaries(sc, others if no_rows and others is not None else text)
     failures = _failures(text) if found is None else found.failures
-    sc.failures.extend((n + offset, line.strip()) for n, line in failures)
+    for n, line in failures:
+        message, is_cause = failure_message(line)
+        sc.failures.append((n + offset, message))
+        if is_cause and sc.cause is None:
+            sc.cause = (n + offset, message)
     if lines is None:
         lines = text.count("\n") if found is None else found.newlines
     _last_line(sc, text, first_line, lines)
@@ -195,8 +200,9 @@ def _scan_matches(text: str, scan: re.Pattern[str]) -> Iterator[Match]:
 
 
 def _failures(text: str) -> list[tuple[int, str]]:
-    """(line number in the chunk, line) where a test says it failed, as the Arrow scan finds them:
-    lines that are not result rows (searched for the word first: most logs have none)."""
+    """(line number in the chunk, line) where a test says it failed, as the Arrow scan finds them
+    (searched for the word first: most logs have none).  Result rows too: a kernel fault cuts the
+    row being printed with the error that says why."""
     found = []
     at = text.find("failure")
     while at >= 0:
@@ -204,7 +210,7 @@ def _failures(text: str) -> list[tuple[int, str]]:
         end = text.find("\n", at)
         end = len(text) if end < 0 else end
         line = text[start:end]
-        if FAILURE.search(line) and not _ROW_START.match(line):
+        if FAILURE.search(line):
             found.append((text.count("\n", 0, start) + 1, line))
         at = text.find("failure", end)
     return found

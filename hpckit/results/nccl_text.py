@@ -101,13 +101,18 @@ def _result(kind: str, sc: Scan, frame: pd.DataFrame, partial: bool, collective:
 
 
 def _failed(sc: Scan, meta: dict[str, object]) -> bool:
-    """A test that printed "Test NCCL failure" (or CUDA) failed, whatever rows came before."""
+    """A test that printed "Test NCCL failure" (or CUDA) failed, whatever rows came before.  The
+    first line that says why (NCCL's or CUDA's error, wherever on its line) is the stated cause and
+    comes first: in the warnings, in meta["cause"] and at the head of meta["failures"] (the
+    " .. Test failure" trace lines only say where it was caught)."""
     if not sc.failures:
         return False
-    lineno, line = sc.failures[0]
-    more = f" ({len(sc.failures) - 1} more failure lines)" if len(sc.failures) > 1 else ""
-    sc.warnings.append(f"line {lineno}: the test failed: {excerpt(line)}{more}")
-    meta["failures"] = [f"{n}: {text}" for n, text in sc.failures[:KEEP_FAILURES]]
+    cause = sc.cause or sc.failures[0]
+    rest = [f for f in sc.failures if f != cause]
+    more = f" ({len(rest)} more failure lines)" if rest else ""
+    sc.warnings.insert(0, f"line {cause[0]}: the test failed: {excerpt(cause[1])}{more}")
+    meta["cause"] = f"{cause[0]}: {cause[1]}"
+    meta["failures"] = [f"{n}: {text}" for n, text in [cause, *rest][:KEEP_FAILURES]]
     return True
 
 
@@ -174,7 +179,9 @@ def _bad_rows(sc: Scan, bad: list[tuple[int, str, str, int]]) -> bool:
             sc.warnings.append(f"line {lineno}: last row is incomplete (truncated output): {why}")
             truncated = True
             continue
-        raise ParseError(sc.source, lineno, excerpt(line), f"malformed result row: {why}")
+        cause = sc.cause or (sc.failures[0] if sc.failures else None)
+        said = "" if cause is None else f"the test failed: {excerpt(cause[1])} (line {cause[0]}); then a "
+        raise ParseError(sc.source, lineno, excerpt(line), f"{said}malformed result row: {why}")
     return truncated
 
 
