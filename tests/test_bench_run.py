@@ -124,16 +124,23 @@ def test_h100_nccl_tests_output_is_judged_against_8x_ndr(tmp_path: Path) -> None
     assert [f.split(":")[0] for f in _failures(result, strict=True)] == ["below expectation"]
 
 
+def _failed_bench(tmp_path: Path, sample: str, op: str, state: str, exit_code: int) -> list[str]:
+    """The lines of the failure `hpckit bench` raises for a job that printed a real results sample."""
+    output = (DATA.parent / "results" / sample).read_text()
+    facts = ClusterFacts("hgx", "gpu", 16, 224, 8, "h100-sxm", 8, 400.0, "/shared", False)
+    record = JobRecord("9", state, exit_code, 0, ("gpu01", "gpu02"), "sacct", batch_host="gpu01")
+    req = BenchRequest(get(op), 2, backend="nccl-tests", bench_dir=str(tmp_path), history=False)
+    with pytest.raises(BenchJobFailed) as caught:
+        run_bench(req, context(FakeCluster(output, record), facts, tmp_path))
+    return str(caught.value).splitlines()
+
+
 def test_a_run_nccl_tests_calls_failed_is_failed_with_its_words(tmp_path: Path) -> None:
     """Rows, then "Test NCCL failure" (a real log, nccl-tests#322): never judged as a run that merely
     stopped early, even when the job's exit status hides it."""
-    output = (DATA.parent / "results" / "issue-nccl-tests-322-rows-then-test-nccl-failure-excerpt.txt").read_text()
-    facts = ClusterFacts("hgx", "gpu", 16, 224, 8, "h100-sxm", 8, 400.0, "/shared", False)
-    record = JobRecord("9", "COMPLETED", 0, 0, ("gpu01", "gpu02"), "sacct", batch_host="gpu01")
-    req = BenchRequest(get("allreduce"), 2, backend="nccl-tests", bench_dir=str(tmp_path), history=False)
-    with pytest.raises(BenchJobFailed) as caught:
-        run_bench(req, context(FakeCluster(output, record), facts, tmp_path))
-    lines = str(caught.value).splitlines()
+    lines = _failed_bench(
+        tmp_path, "issue-nccl-tests-322-rows-then-test-nccl-failure-excerpt.txt", "allreduce", "COMPLETED", 0
+    )
     assert lines[0].startswith("benchmark job 9 failed")
     assert "Test NCCL failure common.cu:1204 'unhandled cuda error" in lines[1]
 
@@ -141,13 +148,7 @@ def test_a_run_nccl_tests_calls_failed_is_failed_with_its_words(tmp_path: Path) 
 def test_a_failure_inside_a_row_is_the_job_failure_s_first_words(tmp_path: Path) -> None:
     """The CUDA error printed inside a row (nccl-tests#355) is what the failure says first, not the
     "Test failure" trace lines after it."""
-    output = (DATA.parent / "results" / "issue-nccl-tests-355-test-cuda-failure-mid-row.txt").read_text()
-    facts = ClusterFacts("hgx", "gpu", 16, 224, 8, "h100-sxm", 8, 400.0, "/shared", False)
-    record = JobRecord("9", "FAILED", 1, 0, ("gpu01", "gpu02"), "sacct", batch_host="gpu01")
-    req = BenchRequest(get("alltoall"), 2, backend="nccl-tests", bench_dir=str(tmp_path), history=False)
-    with pytest.raises(BenchJobFailed) as caught:
-        run_bench(req, context(FakeCluster(output, record), facts, tmp_path))
-    lines = str(caught.value).splitlines()
+    lines = _failed_bench(tmp_path, "issue-nccl-tests-355-test-cuda-failure-mid-row.txt", "alltoall", "FAILED", 1)
     assert lines[1] == "27: node0: Test CUDA failure common.cu:389 'an illegal memory access was encountered'"
 
 
