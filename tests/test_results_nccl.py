@@ -379,12 +379,11 @@ NCCL_SAMPLES = sorted(p.name for p in DATA.glob("*.txt") if "nccl-tests" in p.na
 
 
 def _line_matches(text: str) -> object:
-    from hpckit.results import nccl_lines
     from hpckit.results import nccl_scan as ns
 
     tests = ns.TESTS.re2
     assert tests is not None
-    found = nccl_lines.line_matches(text, *tests)
+    found = ns.line_matches(text, *tests)
     return None if found is None else found.matches
 
 
@@ -454,26 +453,22 @@ def test_arrow_row_reader_agrees_with_exact(change: tuple[str, str]) -> None:
 
 
 def test_arrow_row_reader_reads_the_rows(monkeypatch: pytest.MonkeyPatch) -> None:
-    from hpckit.results import nccl_rows
-
     schema = nccl_table.default_schema(13)
     assert schema is not None
     good = "1048576  262144  float  sum  -1  203.2  5.16  9.68  0  207.2  5.06  9.49  N/A"
     pieces = ["\n".join([good, " " + good.replace("float", "half") + " "] * 10)] * 2
     for block in (10**9, 1):  # one block, and one piece per block
-        monkeypatch.setattr(nccl_rows, "BLOCK_CHARS", block)
-        columns = nccl_rows.row_columns(pieces, schema.token_fields(), 40)
+        monkeypatch.setattr(nccl_table, "BLOCK_CHARS", block)
+        columns = nccl_table.row_columns(pieces, schema.token_fields(), 40)
         assert columns is not None
         assert list(columns[2].categories) == ["float", "half"]  # type: ignore[attr-defined]
         assert math.isnan(columns[12][0]) and columns[0].dtype == np.int64  # type: ignore[index, attr-defined]
-        assert nccl_rows.row_columns(pieces, schema.token_fields(), 41) is None
+        assert nccl_table.row_columns(pieces, schema.token_fields(), 41) is None
 
 
 @pytest.mark.parametrize("name", ["all_reduce-modern-2node-16gpu-h100-a3mega-full-sweep.txt"])
 def test_arrow_row_reader_in_blocks_agrees(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from hpckit.results import nccl_rows
-
-    monkeypatch.setattr(nccl_rows, "BLOCK_CHARS", 300)
+    monkeypatch.setattr(nccl_table, "BLOCK_CHARS", 300)
     text = (DATA / name).read_text()
     lines = text.split("\n")
     rows = [i for i, ln in enumerate(lines) if ln.lstrip()[:1].isdigit()]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hpckit.results import ParseError, parse_file, parse_text, steady_step_time, training_bulk
+from hpckit.results import ParseError, parse_file, parse_text, steady_step_time, training
 from hpckit.results.training_fields import MEGATRON_LINE, NEMO2_LINE
 from tests.resultsutil import fast_and_exact
 
@@ -172,13 +172,21 @@ def test_bulk_and_exact_training_readers_agree(name: str) -> None:
     else:
         long = _stretch(text, r"(iteration\s+)(\d+)")
     _, ran = fast_and_exact(long, kind)
-    assert ran["tqdm-steps" if kind == "nemo1" else "pipe-steps"], "the fast path did not run"
+    path = "tqdm-steps" if kind == "nemo1" else "pipe-steps"
+    declined = name in FAST_DECLINED
+    assert bool(ran[path]) != declined, "a declined shape was read fast" if declined else "the fast path did not run"
+
+
+# samples the fast path declines, by design (rare shapes: the exact parser reads them)
+FAST_DECLINED = {
+    "nemo1-peft-tqdm-carriage-returns-early-stop-excerpt.txt": "a pager's redraws (^M)",
+}
 
 
 def test_bulk_path_steps_aside_for_a_second_layout() -> None:
     text = _stretch((DATA / "nemo2-b200-llama3-8b-pretrain-iterations-45-49.txt").read_text(), r"(iteration )(\d+)")
     odd = text.replace("| lr:", "| learning rate:", 1)  # one line of another layout
-    assert training_bulk.bulk_pipe(odd, NEMO2_LINE, str.lower) is None  # declines: the exact parser reads it
+    assert training.bulk_pipe(odd, NEMO2_LINE, str.lower) is None  # declines: the exact parser reads it
     assert len(parse_text(odd, "nemo2").frame) == 400
 
 
@@ -200,11 +208,11 @@ def _python_step_lines(text: str, marker: re.Pattern[str]) -> tuple[list[str], l
 
 
 def test_python_whitespace_is_what_str_strip_removes() -> None:
-    assert set(training_bulk.PY_WHITESPACE) == {chr(c) for c in range(0x110000) if chr(c).isspace()}
+    assert set(training.PY_WHITESPACE) == {chr(c) for c in range(0x110000) if chr(c).isspace()}
 
 
 def test_re2_spelling_of_markers() -> None:
-    from hpckit.results.re2 import re2_ascii
+    from hpckit.results.lines import re2_ascii
 
     assert re2_ascii(NEMO2_LINE.pattern) is not None
     assert re2_ascii(MEGATRON_LINE.pattern) is not None  # (no lookbehind: RE2 picks Megatron's lines too)
@@ -219,7 +227,7 @@ def test_arrow_and_python_pick_the_same_step_lines(blank: str) -> None:
     lines[9] = lines[9].replace("epoch 0", f"epoch{blank}0", 1)
     lines.insert(3, "| iteration 5/9 | not a step line")
     odd = "\n".join(lines)
-    arrow = training_bulk._step_lines_arrow(odd, NEMO2_LINE)
+    arrow = training._step_lines_arrow(odd, NEMO2_LINE)
     assert arrow is not None
     assert (arrow[0].to_pylist(), arrow[1].tolist()) == _python_step_lines(odd, NEMO2_LINE)
     assert arrow[2] == [(4, "| iteration 5/9 | not a step line")]
@@ -298,12 +306,12 @@ def test_nemo1_unicode_and_odd_shapes_agree_with_exact(change: tuple[str, str]) 
 
 
 def test_re2_spellings_match_python_classes() -> None:
-    from hpckit.results import re2
+    from hpckit.results import lines
 
-    decimals = {c for a, b in re2.PY_DECIMAL_RUNS for c in range(a, b + 1)}
+    decimals = {c for a, b in lines.PY_DECIMAL_RUNS for c in range(a, b + 1)}
     assert decimals == {c for c in range(0x110000) if re.fullmatch(r"\d", chr(c))}
-    assert re2.re2_unicode(r"\w+") is None and re2.re2_unicode(r"[\d]") is None
-    spelt = re2.re2_unicode(r"a\s+(\d+)")
+    assert lines.re2_unicode(r"\w+") is None and lines.re2_unicode(r"[\d]") is None
+    spelt = lines.re2_unicode(r"a\s+(\d+)")
     assert spelt is not None and r"\s" not in spelt and r"\d" not in spelt
 
 
@@ -353,54 +361,14 @@ def test_nemo2_single_read_agrees_with_exact(change: tuple[str, str]) -> None:
 
 
 def test_nemo2_single_read_takes_the_log_and_reads_floats() -> None:
-    from hpckit.results import pieces
-
     text = _stretch((DATA / B200).read_text(), r"(iteration\s+)(\d+)")
-    found = training_bulk._step_lines_arrow(text, NEMO2_LINE, others=False)
+    found = training._step_lines_arrow(text, NEMO2_LINE, others=False)
     assert found is not None
-    read = pieces.read_labelled(found[0], "|", ":", 1, lambda label: label != "global_batch_size")
+    read = training.read_labelled(found[0], "|", ":", 1, lambda label: label != "global_batch_size")
     assert read is not None and len(read.heads) == 1
     labels = [label for label, _ in read.values]
     assert labels[:3] == ["lr", "global_batch_size", "global_step"]
     assert [str(v.type) for _, v in read.values][:2] == ["double", "large_string"]
-
-
-# ---------------------------------------------------------------- step-marker integers as digit runs
-
-
-def test_run_shaped_patterns() -> None:
-    from hpckit.results.digit_runs import run_shaped
-
-    assert run_shaped(r"[Ee]poch\s+(\d+)") and run_shaped(r"iteration\s+\d+\s*/\s*(\d+)")
-    # digits counted, a digit class, two digit atoms that may touch, no capture, any character
-    for pattern in (r"\[(\d{4})", r"(\d)", r"[0-9](\d+)", r"(\d+)\s*\d+", r"\d+(\d+)", r"iter\d+", r"a.(\d+)"):
-        assert not run_shaped(pattern), pattern
-
-
-@pytest.mark.parametrize(
-    "strings, runs",
-    [
-        (["ab12x", "ab3x"], [[12], [3]]),
-        (["12/3", "45/678"], [[12, 3], [45, 678]]),
-        (["x9223372036854775807", "x007"], [[9223372036854775807], [7]]),
-        (["ab12", "34cd"], None),  # another skeleton
-        (["12/3", "45/67a"], None),
-        (["x92233720368547758070", "x1"], None),  # no int64
-        (["a", "a"], None),  # no run at all
-        (["1a", ""], None),
-    ],
-)
-def test_digit_runs(strings: list[str], runs: list[list[int]] | None) -> None:
-    import pyarrow as pa
-
-    from hpckit.results.digit_runs import digit_runs
-
-    got = digit_runs(pa.array(strings, pa.large_string()))
-    assert (None if got is None else got.tolist()) == runs
-    # a slice of a larger array, and chunks, read the same
-    sliced = pa.array(["zz", *strings], pa.large_string())[1:]
-    got = digit_runs(sliced)
-    assert (None if got is None else got.tolist()) == runs
 
 
 @pytest.mark.parametrize(
@@ -418,40 +386,20 @@ def test_nemo2_heads_agree_with_exact(change: tuple[str, str]) -> None:
     _same(text.replace(change[0], change[1], 1), "nemo2")
 
 
-def test_heads_of_one_skeleton_agree_with_python_search() -> None:
-    import pyarrow as pa
-
-    from hpckit.results.digit_runs import digit_runs, run_index
-    from hpckit.results.training_fields import STEP_MARKER
-
-    rng = __import__("random").Random(7)
-    heads = [
-        f"Training epoch {rng.randrange(10 ** rng.randrange(1, 5))}, iteration {k}/{10**k % 977} " for k in range(300)
-    ]
-    runs = digit_runs(pa.array(heads, pa.large_string()))
-    assert runs is not None
-    for f in STEP_MARKER[:3]:
-        at = run_index(f.pattern, heads[0])
-        assert at is not None and at >= 0
-        assert runs[:, at].tolist() == [int(f.pattern.search(h).group(1)) for h in heads]  # type: ignore[union-attr]
-
-
 def test_marked_step_lines_as_python_picks_them() -> None:
     text = _stretch((DATA / B200).read_text(), r"(iteration\s+)(\d+)")
     lines = text.split("\n")
     lines.insert(4, "Training epoch 0, iteration 5/9 without a pipe")
     lines.insert(9, "noise | iteration 3 | more")
     odd = "\n".join(lines)
-    arrow = training_bulk._step_lines_arrow(odd, NEMO2_LINE, others=False)
+    arrow = training._step_lines_arrow(odd, NEMO2_LINE, others=False)
     assert arrow is not None
     assert (arrow[0].to_pylist(), arrow[1].tolist()) == _python_step_lines(odd, NEMO2_LINE)
 
 
 @pytest.mark.parametrize("change", [("| lr: ", "| lr: "), ("| lr: ", "| lr: 1:2 "), ("| lr: ", "| lr: N/A")])
 def test_nemo2_single_read_in_blocks_agrees(change: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    from hpckit.results import pieces
-
-    monkeypatch.setattr(pieces, "BLOCK_LINES", 7)  # many blocks, the odd line in one of them
+    monkeypatch.setattr(training, "BLOCK_LINES", 7)  # many blocks, the odd line in one of them
     text = _stretch((DATA / B200).read_text(), r"(iteration\s+)(\d+)")
     lines = text.split("\n")
     lines[100] = lines[100].replace(*change, 1)
@@ -459,7 +407,7 @@ def test_nemo2_single_read_in_blocks_agrees(change: tuple[str, str], monkeypatch
 
 
 def test_markers_that_spell_iteration() -> None:
-    assert training_bulk._spells(NEMO2_LINE.pattern, "iteration")
-    assert not training_bulk._spells(MEGATRON_LINE.pattern, "iteration")  # an alternation in front
+    assert training._spells(NEMO2_LINE.pattern, "iteration")
+    assert not training._spells(MEGATRON_LINE.pattern, "iteration")  # an alternation in front
     for pattern in ("a|iteration", "iteratio?n", "(iteration)?", "[i]teration", "iteration*"):
-        assert not training_bulk._spells(pattern, "iteration"), pattern
+        assert not training._spells(pattern, "iteration"), pattern

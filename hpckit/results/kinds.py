@@ -43,7 +43,8 @@ def _readers() -> dict[str, Callable[[str, str, str | None], Reader]]:
     from hpckit.results.nccl_json import parse_nccl_json
     from hpckit.results.nccl_text import NcclReader
     from hpckit.results.sacct import parse_sacct_json, parse_sacct_text
-    from hpckit.results.training import PipeReader, TqdmReader
+    from hpckit.results.training import PipeReader
+    from hpckit.results.training_tqdm import TqdmReader
 
     return {
         "nccl-tests": lambda k, s, c: NcclReader(k, s, c),

@@ -8,13 +8,12 @@ import re
 import numpy as np
 import pandas as pd
 
+from hpckit.results.chunks import release
 from hpckit.results.lines import excerpt, strip_prefix
-from hpckit.results.memory import release
 from hpckit.results.model import ParseError, ParseResult
 from hpckit.results.nccl_fields import UNITS, collective_of
-from hpckit.results.nccl_rows import plain
 from hpckit.results.nccl_scan import Chunk, Run, Scan, scan_chunk
-from hpckit.results.nccl_table import Block, Column, Schema, default_schema, parse_rows
+from hpckit.results.nccl_table import Block, Column, Schema, default_schema, parse_rows, plain
 
 FRAME_COLUMNS = [
     "run",

@@ -2,8 +2,9 @@
 
 Every parser has an exact path: plain Python, line by line (or one regex per line), the reference
 for what a log means.  A long log is read much faster by Arrow kernels, so a family has a fast
-path or two (nccl-tests: its scan and its row reader; the training logs: one each), which must
-give the same frame, meta and warnings, and which *decline* (return None or raise Declined) on
+path or two (nccl-tests: its scan and its row reader; the training logs: one each), each in the
+file of its exact twin (nccl_scan, nccl_table, training, training_tqdm), which must give the same
+frame, meta and warnings, and which *decline* (return None or raise Declined) on
 anything they cannot read exactly; the exact path then reads that input.
 
 Fast paths run only through ``attempt`` below, which
