@@ -7,8 +7,9 @@ pyslurm==25.11.2`); each behaviour names the file it comes from:
 - pyslurm/__init__.py: `__version__` "25.11.2"; `Job`, `Partitions`, `JobSubmitDescription`, `db`,
   `RPCError`, `PyslurmError` at the top level.
 - pyslurm/core/error.pyx: `RPCError(errno=SLURM_ERROR, msg=None)`, a PyslurmError with `.errno`/`.msg`.
-- pyslurm/core/job/job.pyx: `Job.load(job_id)` (static) raises RPCError for an id the controller does
-  not know (slurm_load_job's ESLURM_INVALID_JOB_ID, 2017, "Invalid job id specified" in Slurm's
+- pyslurm/core/job/job.pyx: `Job.load(job_id)` (static) hands the id to slurm_load_job as a uint32_t
+  (a number only: an array task `N_M` cannot be loaded by its name) and raises RPCError for an id the
+  controller does not know (slurm_load_job's ESLURM_INVALID_JOB_ID, 2017, "Invalid job id specified" in Slurm's
   src/common/slurm_errno.c); `state` is job_state_string(); `state_reason` is state_desc if set, else
   the reason's name; `allocated_nodes` is the C string `nodes` (None when empty, cstr.to_unicode);
   `exit_code`/`exit_code_signal` come from `_get_exit_code`; `standard_output` is
@@ -19,8 +20,12 @@ pyslurm==25.11.2`); each behaviour names the file it comes from:
   need to set the 'script' attribute first.") without a script and ValueError("The script path you
   provided is not valid.") when `script` is not a path to a file.
 - pyslurm/db/job.pyx: `db.Job.load(job_id, cluster=None, with_script=False, with_env=False)` raises
-  RPCError(msg="Job N does not exist on Cluster C") for an unknown id; `nodelist`, `state`,
-  `exit_code` (the same `_get_exit_code`).
+  RPCError(msg="Job N does not exist on Cluster C") for an unknown id; without accounting it fails before
+  asking for the job (pyslurm/db/connection.pyx): with AccountingStorageType none slurmdb_connection_get
+  gives no connection (RPCError "Failed to open onnection to slurmdbd", pyslurm's spelling), with
+  slurmdbd down slurmdb_jobs_get gives no list (db.Jobs.load's RPCError "Failed to get Jobs from
+  slurmdbd"); `nodelist`, `state`, `exit_code` (the same `_get_exit_code`).
+- `array_id`/`array_task_id`: the array's id and the task's index (None for a job outside an array).
 - pyslurm/core/partition.pyx, pyslurm/xcollections.pyx: `Partitions.load()` is a map; iterating it
   gives the partition names.
 - The one fact measured rather than read: against Slurm 25.11.7, a job with no reason reads
@@ -28,8 +33,12 @@ pyslurm==25.11.2`); each behaviour names the file it comes from:
 
 The command side prints what Slurm's own code prints for the same record: scontrol per
 src/scontrol/info_job.c of Slurm 24.11.5 (Reason with blanks as '_', ExitCode=STATUS:SIGNAL from the
-wait status, NodeList sorted, BatchHost only when set), laid out like the lab's real
+wait status, NodeList sorted, BatchHost only when set, `ArrayJobId=N ArrayTaskId=M` or `HetJobId=N
+HetJobOffset=K` after the JobId), laid out like the lab's real
 `scontrol show job -o` line (tests/data/jobs/lab); squeue lists only live jobs (src/squeue/print.c).
+The commands take a job by number, as an array task `N_M` or a heterogeneous job's component `N+K`
+(slurm_xlate_job_id); sacct prints a task's JobID as `N_M`. sacct's errors without accounting are
+the ones it prints with AccountingStorageType none and with slurmdbd down.
 """
 
 from __future__ import annotations
@@ -48,6 +57,15 @@ DATA = Path(__file__).resolve().parent / "data" / "jobs" / "lab"
 SLURM_ERROR = -1
 ESLURM_INVALID_JOB_ID = 2017
 LIVE = {"PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "STAGE_OUT"}
+# What pyslurm's db.Job.load and sacct say without accounting: "off" (AccountingStorageType none), "down" (slurmdbd).
+NO_DB_RPC = {"off": "Failed to open onnection to slurmdbd", "down": "Failed to get Jobs from slurmdbd"}
+NO_DB_SACCT = {
+    "off": "sacct: error: Slurm accounting storage is disabled\n",
+    "down": "sacct: error: slurm_persist_conn_open_without_init: failed to open persistent connection to host:"
+    "ctl:6819: Connection refused\nsacct: error: Sending PersistInit msg: Connection refused\n"
+    "sacct: error: Problem talking to the database: Connection refused\n",
+}
+CONTROLLER_DOWN = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n"
 
 
 def exited(code: int) -> int:
@@ -76,6 +94,19 @@ class ControllerJob:
     work_dir: str = "/root"
     in_controller: bool = True  # False once MinJobAge has passed: only accounting knows it
     in_accounting: bool = True
+    array: tuple[int, int] | None = None  # (array job id, task index): answers to `N_M`
+    het: tuple[int, int] | None = None  # (het job id, offset): answers to `N+K`
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The ids Slurm's commands take for this job."""
+        extra = [f"{self.array[0]}_{self.array[1]}"] if self.array else []
+        extra += [f"{self.het[0]}+{self.het[1]}"] if self.het else []
+        return (str(self.job_id), *extra)
+
+    @property
+    def sacct_id(self) -> str:
+        return self.names[-1] if self.array or self.het else str(self.job_id)
 
     @property
     def stdout_path(self) -> str:
@@ -113,6 +144,8 @@ class FakeSlurm(LocalTransport):
     commands: list[tuple[str, ...]] = field(default_factory=list)
     submitted: list[str] = field(default_factory=list)
     broken: Exception | None = None  # raised by every pyslurm call when set
+    accounting: str = "on"  # "off" (AccountingStorageType none) or "down" (slurmdbd not answering)
+    controller_down: bool = False  # the commands cannot reach slurmctld
 
     def add(self, job: ControllerJob) -> ControllerJob:
         self.jobs[job.job_id] = job
@@ -133,7 +166,9 @@ class FakeSlurm(LocalTransport):
             @staticmethod
             def load(job_id: int) -> Job:
                 fake._pyslurm("Job.load")
-                raw = fake.jobs.get(int(job_id))
+                if not isinstance(job_id, int):  # Cython's conversion to uint32_t
+                    raise TypeError(f"an integer is required, not {type(job_id).__name__}")
+                raw = fake.jobs.get(job_id)
                 if raw is None or not raw.in_controller:
                     raise RPCError(ESLURM_INVALID_JOB_ID, "Invalid job id specified")
                 job = Job(raw.job_id)
@@ -152,8 +187,8 @@ class FakeSlurm(LocalTransport):
             standard_output = property(lambda self: self._raw.stdout_path)
             standard_error = property(lambda self: self._raw.stdout_path)
             working_directory = property(lambda self: self._raw.work_dir)
-            array_id = property(lambda self: None)
-            array_task_id = property(lambda self: None)
+            array_id = property(lambda self: self._raw.array[0] if self._raw.array else None)
+            array_task_id = property(lambda self: self._raw.array[1] if self._raw.array else None)
 
             def cancel(self) -> None:
                 fake._pyslurm("Job.cancel")
@@ -165,6 +200,8 @@ class FakeSlurm(LocalTransport):
             @staticmethod
             def load(job_id: int, cluster: str | None = None, with_script: bool = False, with_env: bool = False) -> Any:
                 fake._pyslurm("db.Job.load")
+                if fake.accounting != "on":
+                    raise RPCError(msg=NO_DB_RPC[fake.accounting])
                 raw = fake.jobs.get(int(job_id))
                 if raw is None or not raw.in_accounting:
                     raise RPCError(msg=f"Job {job_id} does not exist on Cluster {cluster or 'lab'}")
@@ -232,13 +269,20 @@ class FakeSlurm(LocalTransport):
                 estimate = "Job 41 to start at 2026-11-25T12:00:00 using 2 processors on nodes node[1-2] in partition p"
                 return 0, "", f"sbatch: {estimate}\n"
             return 0, "41\n", ""
+        if argv[:2] == ["cat", "--"]:  # a job's output, on the "shared filesystem" (here: this machine's)
+            path = Path(argv[2])
+            return (0, path.read_text(), "") if path.is_file() else (1, "", f"cat: {path}: No such file or directory\n")
         if argv[0] == "scancel":
             return 0, "", ""
         if argv[:3] == ["sinfo", "-h", "-o"]:
             return 0, "".join(f"{name}\n" for name in self.partitions), ""
         ident = argv[argv.index("-j") + 1] if "-j" in argv else argv[-1]
-        raw = self.jobs.get(int(ident)) if ident.isdigit() else None
+        raw = next((j for j in self.jobs.values() if ident in j.names), None)
         job = raw if raw is not None and raw.in_controller else None
+        if argv[0] == "sacct" and self.accounting != "on":
+            return 1, "", NO_DB_SACCT[self.accounting]
+        if argv[0] in ("scontrol", "squeue") and self.controller_down:
+            return 1, "", CONTROLLER_DOWN
         if argv[0] == "scontrol":
             return (0, scontrol_line(job), "") if job else (1, "", "slurm_load_jobs error: Invalid job id specified\n")
         if argv[0] == "squeue":
@@ -261,10 +305,15 @@ def scontrol_line(job: ControllerJob) -> str:
     """`scontrol show job -o ID` for this record, on the layout of the lab's real line."""
     line = (DATA / "scontrol-show-job-o-failed-22.05.8.txt").read_text()
     reason = "".join("_" if c.isspace() else c for c in job.state_desc) if job.state_desc else job.reason
+    ids = f"JobId={job.job_id} "
+    if job.array:
+        ids += f"ArrayJobId={job.array[0]} ArrayTaskId={job.array[1]} "
+    elif job.het:
+        ids += f"HetJobId={job.het[0]} HetJobOffset={job.het[1]} "
     nodes = str(hostlist.collect_hostlist(hostlist.expand_hostlist(job.nodes, sort=True))) if job.nodes else "(null)"
     batch = f"BatchHost={job.batch_host} " if job.batch_host else ""
     replacements = {
-        "JobId=14 JobName=sbatch UserId=root(0)": f"JobId={job.job_id} JobName={job.name} UserId={job.user}(0)",
+        "JobId=14 JobName=sbatch UserId=root(0)": f"{ids}JobName={job.name} UserId={job.user}(0)",
         "JobState=FAILED Reason=NonZeroExitCode": f"JobState={job.job_state} Reason={reason}",
         "ExitCode=3:0": f"ExitCode={_exit_field(job.exit_code)}",
         "NodeList=node[1-2] BatchHost=node1 ": f"NodeList={nodes} {batch}",
@@ -280,4 +329,4 @@ def scontrol_line(job: ControllerJob) -> str:
 def sacct_line(job: ControllerJob) -> str:
     """`sacct -X -n -P -j ID -o JobID,State,ExitCode,NodeList` (a cancelled job's state says by whom)."""
     state = "CANCELLED by 0" if job.job_state == "CANCELLED" else job.job_state
-    return f"{job.job_id}|{state}|{_exit_field(job.exit_code)}|{job.nodes or 'None assigned'}\n"
+    return f"{job.sacct_id}|{state}|{_exit_field(job.exit_code)}|{job.nodes or 'None assigned'}\n"

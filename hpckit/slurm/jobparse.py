@@ -28,6 +28,10 @@ TERMINAL_STATES = frozenset(
     }
 )
 FINISHED_QUEUE_STATES = TERMINAL_STATES | {"COMPLETING"}
+# One job as Slurm's commands name it (slurm_xlate_job_id): N, an array task N_M, a heterogeneous job's
+# component N+K. ASCII digits with no leading zero: Python's int() would also take blanks, signs, '_'
+# between digits and other scripts' digits, and scontrol prints "JobId=7" for "007".
+_JOB_ID = re.compile(r"[1-9][0-9]*(?:[_+](?:0|[1-9][0-9]*))?")
 _NO_NODES = {"", "(null)", "None assigned", "None"}
 
 
@@ -79,6 +83,10 @@ def base_state(text: str) -> str:
     if not words:
         raise SlurmParseError("empty job state")
     return words[0].upper().rstrip("+")
+
+
+def is_job_id(text: str) -> bool:
+    return _JOB_ID.fullmatch(text) is not None
 
 
 def parse_submit(stdout: str) -> str:

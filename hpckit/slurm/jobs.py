@@ -13,7 +13,6 @@ nothing more to ask. Accounting (`sacct`) answers only for a job the controller 
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -30,6 +29,7 @@ from hpckit.slurm.jobparse import (
     TaskFailure,
     TestOnlyEstimate,
     expand_output_path,
+    is_job_id,
     parse_delimited,
     parse_queue_listing,
     parse_queue_state,
@@ -192,6 +192,8 @@ class CliBackend:
         return JobRejectedError(f"Slurm rejected the job: {message}")
 
     def queue_state(self, job_id: str) -> str | None:
+        if not is_job_id(job_id):
+            return None  # no job has that id (and a command would read "-1" or "1,2" as something else)
         done = self.slurm.queue_state(job_id)
         if not done.ok:
             # Once the controller has purged the job, squeue calls the id invalid: it is no longer queued.
@@ -201,12 +203,16 @@ class CliBackend:
         return parse_queue_state(done.stdout)
 
     def accounting(self, job_id: str) -> JobRecord | None:
+        if not is_job_id(job_id):
+            return None
         done = self.slurm.accounting(job_id)
         if not done.ok:
             return None  # accounting off or slurmdbd unreachable: the controller still knows the job
         return record_from_sacct(parse_delimited(done.stdout, SACCT_FIELDS), job_id)
 
     def info(self, job_id: str) -> JobInfo | None:
+        if not is_job_id(job_id):
+            return None
         done = self.slurm.show_job(job_id)
         if not done.ok:
             if "invalid job id" in (done.stderr + done.stdout).lower():
@@ -262,14 +268,26 @@ class CliBackend:
         return sorted({line.strip() for line in done.stdout.splitlines() if line.strip()}) if done.ok else []
 
 
+def _names(fields: dict[str, str]) -> set[str]:
+    """The ids a `scontrol show job` record answers to: its JobId, and the array task's N_M or the
+    heterogeneous job component's N+K that scontrol prints after it (slurm_sprint_job_info)."""
+    names = {fields.get("JobId", "")}
+    if "ArrayTaskId" in fields:
+        names.add(f"{fields.get('ArrayJobId')}_{fields['ArrayTaskId']}")
+    if "HetJobOffset" in fields:
+        names.add(f"{fields.get('HetJobId')}+{fields['HetJobOffset']}")
+    return names
+
+
 def info_from_scontrol(stdout: str, job_id: str) -> JobInfo | None:
-    """`scontrol show job -o ID` output as a JobInfo; None when it holds no record of that job."""
-    records = [r for r in parse_scontrol(stdout) if r.get("JobId") == job_id]
+    """`scontrol show job -o ID` output as a JobInfo (its record named `job_id` as asked: 10_3 is the
+    task's JobId=13); None when it holds no record of that job."""
+    records = [r for r in parse_scontrol(stdout) if job_id in _names(r)]
     if not records:
         return None
     fields = records[0]
     return JobInfo(
-        record_from_scontrol(fields),
+        replace(record_from_scontrol(fields), job_id=job_id),
         expand_output_path(fields.get("StdOut", ""), fields),
         expand_output_path(fields.get("StdErr", ""), fields),
         fields.get("WorkDir", ""),
@@ -489,9 +507,6 @@ def ensure_dirs(transport: Transport, dirs: tuple[str, ...]) -> None:
         raise JobError(f"cannot create {', '.join(dirs)}: {done.describe()}")
 
 
-_JOB_ID = re.compile(r"\d+(_\d+)?")
-
-
 @dataclass(frozen=True)
 class Cancelled:
     cancelled: list[QueuedJob]
@@ -507,8 +522,10 @@ def cancel_jobs(
     found: list[QueuedJob] = []
     missed: list[tuple[str, str]] = []
     for job_id in job_ids:
-        if not _JOB_ID.fullmatch(job_id):
-            missed.append((f"job {job_id}", "is not a job id (123, or 123_4 for an array task)"))
+        if not is_job_id(job_id):
+            missed.append(
+                (f"job {job_id}", "is not a job id (123, 123_4 for an array task, 123+1 for a het job's part)")
+            )
             continue
         listed = backend.queued(job_id, name=name, user=user)
         if not listed:

@@ -8,19 +8,27 @@ cannot do exactly is left to the command line:
   misreads --partition, --gpus-per-node and quoted names and defaults to one task; sbatch is the one
   reader of #SBATCH lines that is right by definition, so every submission goes through it;
 - exit codes of 128 and more: pyslurm takes 128 off them (130 reads 2, 137 reads 9; `_get_exit_code`
-  in pyslurm/utils/helpers.pyx), so a failed job's code is read from scontrol (or sacct) instead;
+  in pyslurm/utils/helpers.pyx), so the code of a job that failed, or is COMPLETING (its script has
+  ended, its state does not yet say how), is read from scontrol (or sacct) instead;
+- an array task `N_M` or a het job's part `N+K`: pyslurm loads a job by its number only (int("10_3") is
+  103 in Python, another job);
+- any read pyslurm fails other than with "no such job" (accounting off or slurmdbd down makes
+  db.Job.load raise RPCError): the command line answers it, and the first failure of each kind is
+  logged as a warning with pyslurm's error (then at debug level: a wait reads every poll);
 - cancelling, and `--test-only`, which pyslurm has no call for.
 
 The values are made the command line's own: the node list is `allocated_nodes` (sorted, as scontrol
 prints it), a missing reason is empty (pyslurm says "None"), blanks in a reason become `_` (as scontrol
-prints them), and a job that has finished has no queue state (squeue lists only live jobs). Every
-pyslurm error becomes a JobError. pyslurm is used only when it imports and was built for the installed
-Slurm's release (pyslurm 25.11.x with Slurm 25.11.x): another build reads the wrong struct layouts.
+prints them), and a job that has finished has no queue state (squeue lists only live jobs). An id
+that names no job (not N, N_M or N+K) reads as no such job, as in the CLI backend. pyslurm is used
+only when it imports and was built for the installed Slurm's release (pyslurm 25.11.x with Slurm
+25.11.x): another build reads the wrong struct layouts.
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -30,13 +38,21 @@ import hostlist
 
 from hpckit.proc import Transport, TransportError
 from hpckit.slurm.client import SlurmClient
-from hpckit.slurm.jobparse import TERMINAL_STATES, JobRecord, TestOnlyEstimate, base_state, expand_output_path
+from hpckit.slurm.jobparse import (
+    TERMINAL_STATES,
+    JobRecord,
+    TestOnlyEstimate,
+    base_state,
+    expand_output_path,
+    is_job_id,
+)
 from hpckit.slurm.jobs import CliBackend, JobError, JobInfo
 from hpckit.slurm.parsers import parse_version
 
 # slurm_errno.h: ESLURM_INVALID_JOB_ID (the controller no longer knows the job).
 ESLURM_INVALID_JOB_ID = 2017
 _T = TypeVar("_T")
+LOG = logging.getLogger(__name__)
 
 
 def _pyslurm() -> Any:
@@ -71,14 +87,6 @@ def pyslurm_unusable(transport: Transport) -> str | None:
     return None
 
 
-def _call(what: str, action: Callable[[], _T]) -> _T:
-    """Run a pyslurm call; any exception it raises (RPCError, ValueError, RuntimeError ...) is a JobError."""
-    try:
-        return action()
-    except Exception as exc:
-        raise JobError(f"pyslurm could not {what}: {type(exc).__name__}: {exc}") from None
-
-
 def _unknown_job(exc: Exception) -> bool:
     """An RPCError saying the job is not (or no longer) there: Job.load's ESLURM_INVALID_JOB_ID, or
     db.Job.load's "Job N does not exist" (pyslurm/db/job.pyx, Job.load)."""
@@ -90,6 +98,8 @@ class PyslurmBackend:
     transport: Transport
     name: str = "pyslurm"
     cli: CliBackend = field(init=False)
+    # The kinds of read that have fallen back to the command line already (warned about once).
+    _warned: set[str] = field(init=False, default_factory=set)
 
     def __post_init__(self) -> None:
         self.cli = CliBackend(self.transport)
@@ -103,29 +113,44 @@ class PyslurmBackend:
     def cancel(self, job_id: str) -> None:
         self.cli.cancel(job_id)
 
-    def _load(self, loader: Callable[[int], Any], job_id: str, what: str) -> Any:
+    def _read(
+        self, what: str, job_id: str, by_number: Callable[[int], _T | None], by_cli: Callable[[], _T | None]
+    ) -> _T | None:
+        """`by_number(N)` through pyslurm for job N, else `by_cli()`: for an array task or a het job's part
+        (pyslurm loads jobs by number only), and when pyslurm fails other than by not knowing the job.
+        None for an id that names no job, as the CLI backend answers."""
+        if not is_job_id(job_id):
+            return None
+        if not job_id.isdigit():
+            return by_cli()
         try:
-            return loader(int(job_id))
-        except Exception as exc:
+            return by_number(int(job_id))
+        except JobError:
+            raise  # the command line's own failure, asked for an exact exit code
+        except Exception as exc:  # RPCError, ValueError, RuntimeError, MemoryError ...
             if _unknown_job(exc):
                 return None
-            raise JobError(f"pyslurm could not {what} {job_id}: {type(exc).__name__}: {exc}") from None
+            self._fell_back(what, f"{what} {job_id}", exc)
+            return by_cli()
 
-    def _job(self, job_id: str) -> Any:
-        return self._load(lambda n: _pyslurm().Job.load(n), job_id, "load job")
+    def _fell_back(self, what: str, subject: str, exc: Exception) -> None:
+        """Say why the command line read instead: a warning the first time for each kind of read, then at
+        debug level (without slurmdbd, a wait asks accounting at every poll)."""
+        level = logging.DEBUG if what in self._warned else logging.WARNING
+        self._warned.add(what)
+        LOG.log(
+            level, "pyslurm could not %s (%s: %s); read with the commands instead", subject, type(exc).__name__, exc
+        )
 
     def queue_state(self, job_id: str) -> str | None:
-        job = self._job(job_id)
-        if job is None:
-            return None
-        state = base_state(_call("read a job state", lambda: str(job.state)))
-        return None if state in TERMINAL_STATES else state
+        return self._read("load job", job_id, _queue_state, lambda: self.cli.queue_state(job_id))
 
     def info(self, job_id: str) -> JobInfo | None:
-        job = self._job(job_id)
-        if job is None:
-            return None
-        info = _call("read a job", lambda: _info(job_id, job))
+        return self._read("load job", job_id, lambda n: self._pyslurm_info(job_id, n), lambda: self.cli.info(job_id))
+
+    def _pyslurm_info(self, job_id: str, number: int) -> JobInfo:
+        job = _pyslurm().Job.load(number)  # an unknown job's RPCError: _read's None
+        info = _info(job_id, job)
         if not _exit_code_unknown(info.record):
             return info
         exact = self.cli.info(job_id)
@@ -133,22 +158,37 @@ class PyslurmBackend:
         return replace(info, record=_with_exit(info.record, record)) if record is not None else info
 
     def accounting(self, job_id: str) -> JobRecord | None:
-        job = self._load(lambda n: _pyslurm().db.Job.load(n), job_id, "read accounting for job")
-        if job is None:
-            return None
-        record = _call("read a job's accounting", lambda: _db_record(job_id, job))
-        if _exit_code_unknown(record):
-            return self.cli.accounting(job_id)
-        return record
+        return self._read(
+            "read accounting for job",
+            job_id,
+            lambda n: self._pyslurm_accounting(job_id, n),
+            lambda: self.cli.accounting(job_id),
+        )
+
+    def _pyslurm_accounting(self, job_id: str, number: int) -> JobRecord | None:
+        job = _pyslurm().db.Job.load(number)
+        record = _db_record(job_id, job)
+        return self.cli.accounting(job_id) if _exit_code_unknown(record) else record
 
     def partitions(self) -> list[str]:
-        return sorted(_call("load the partitions", lambda: [str(name) for name in _pyslurm().Partitions.load()]))
+        try:
+            return sorted(str(name) for name in _pyslurm().Partitions.load())
+        except Exception as exc:
+            self._fell_back("load the partitions", "load the partitions", exc)
+            return self.cli.partitions()
+
+
+def _queue_state(number: int) -> str | None:
+    state = base_state(str(_pyslurm().Job.load(number).state))
+    return None if state in TERMINAL_STATES else state
 
 
 def _exit_code_unknown(record: JobRecord) -> bool:
     """pyslurm cannot tell exit 2 from 130 (nor 0 from 128): exact only for a job that completed (code 0),
-    one killed by a signal (code 0), or one still running."""
-    return record.finished and record.state != "COMPLETED" and record.signal == 0
+    one killed by a signal (code 0), or one still running. A COMPLETING job's script has ended with its
+    code, and its state does not yet say whether that code was 0."""
+    ended = record.finished or record.state == "COMPLETING"
+    return ended and record.state != "COMPLETED" and record.signal == 0
 
 
 def _with_exit(pyslurm_record: JobRecord, exact: JobRecord) -> JobRecord:
