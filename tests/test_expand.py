@@ -240,3 +240,28 @@ def test_a_given_topology_is_written_as_the_infiniband_role_writes_it() -> None:
     extravars["infiniband_topology"] = "off"  # the lab: no topology.conf, even with a fabric dump at hand
     files = {f.path for f in render_all(inventory, extravars, [], FABRIC.read_text())}
     assert "all/etc/slurm/topology.conf" not in files
+
+
+# --- Ansible's lazy templating, offline ---------------------------------------------------------------------
+
+
+def test_the_command_line_prints_no_ansible_warning(tmp_path: Path) -> None:
+    """slurm_compute's vars read `slurm_auth_key_changed | bool`; the renderer once handed the filter the default's
+    untemplated text, which Ansible 2.19 coerces to False with a DEPRECATION WARNING (and a costly stack walk)."""
+    argv = [sys.executable, "-m", "hpckit", "expand", str(REPO / "blueprints" / "h100-ib.yaml")]
+    done = subprocess.run([*argv, "-o", str(tmp_path / "o")], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "DEPRECATION" not in done.stderr and "[WARNING]" not in done.stderr, done.stderr
+
+
+def test_a_variable_is_templated_before_one_that_names_it_reads_it() -> None:
+    """As Ansible does lazily: `a` reads `b`'s value, not its text, whatever their order."""
+    values = {"a": "{{ b | bool }}", "b": "{{ c == 'slurm' and ({} is changed or x | default(false)) }}", "c": "slurm"}
+    assert render_module._resolve(values, {}) == {"a": False, "b": False, "c": "slurm"}
+    assert render_module._resolve({**values, "c": "{{ 'slu' ~ 'rm' }}", "x": True}, {})["a"] is True
+
+
+def test_a_variable_that_names_one_only_a_run_can_tell_stays_a_template() -> None:
+    """`b` needs a fact of the run: `a`, which reads it, is not rendered from `b`'s text either."""
+    values = {"a": "{{ b | bool }}", "b": "{{ probe.stdout == 'yes' }}", "n": "{{ m + 1 }}", "m": "{{ 1 }}"}
+    assert render_module._resolve(values, {}) == {**values, "n": 2, "m": 1}
