@@ -409,9 +409,24 @@ def test_the_contract_names_every_group_and_variable_hpckit_passes() -> None:
 # ------------------------------------------------------------------ hpckit_inspect, on this machine
 
 
+def _inspect_play(tmp_path: Path, tasks: list[dict[str, Any]], variables: dict[str, Any]) -> Any:
+    """ansible-playbook over a local connection: the hpckit_inspect role (its action), then ``tasks``."""
+    playbook = _tool("ansible-playbook")
+    play = tmp_path / "inspect.yml"
+    plays = [{"hosts": "localhost", "connection": "local", "gather_facts": False, "roles": ["hpckit_inspect"]}]
+    plays[0].update({"vars": variables, "tasks": tasks})
+    play.write_text(json.dumps(plays), encoding="utf-8")  # JSON is YAML
+    return subprocess.run(
+        [playbook, "-i", "localhost,", "-e", f"ansible_python_interpreter={sys.executable}", str(play)],
+        env={**_ansible_env(tmp_path), "ANSIBLE_ROLES_PATH": str(ROLES)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
 def test_hpckit_inspect_reads_and_compares(tmp_path: Path) -> None:
     """The action every role starts with, run for real over a local connection on files made here."""
-    playbook = _tool("ansible-playbook")
     (tmp_path / "wanted.j2").write_text("value {{ wanted }}\n", encoding="utf-8")
     for name, text in (("same", "value 1\n"), ("other", "value 2\n")):
         (tmp_path / name).write_text(text, encoding="utf-8")
@@ -434,17 +449,7 @@ def test_hpckit_inspect_reads_and_compares(tmp_path: Path) -> None:
         {"hpckit_inspect": inspect, "register": "found"},
         {"ansible.builtin.copy": {"content": "{{ found | to_json }}", "dest": str(result), "mode": "0644"}},
     ]
-    play = tmp_path / "inspect.yml"
-    plays = [{"hosts": "localhost", "connection": "local", "gather_facts": False, "roles": ["hpckit_inspect"]}]
-    plays[0].update({"vars": {"wanted": 1}, "tasks": tasks})
-    play.write_text(json.dumps(plays), encoding="utf-8")  # JSON is YAML
-    done = subprocess.run(
-        [playbook, "-i", "localhost,", "-e", f"ansible_python_interpreter={sys.executable}", str(play)],
-        env={**_ansible_env(tmp_path), "ANSIBLE_ROLES_PATH": str(ROLES)},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = _inspect_play(tmp_path, tasks, {"wanted": 1})
     assert done.returncode == 0, done.stdout + done.stderr
     found = json.loads(result.read_text(encoding="utf-8"))
     assert found["missing"] == ["hpckit-no-such-package"]
@@ -504,19 +509,8 @@ def test_hpckit_inspect_script_fails_on_a_check_that_cannot_answer() -> None:
 
 def test_hpckit_inspect_fails_the_task_on_a_check_that_cannot_answer(tmp_path: Path) -> None:
     """Through Ansible: the task fails (the role stops there) and its message is the check's stderr."""
-    playbook = _tool("ansible-playbook")
     tasks = [{"hpckit_inspect": {"checks": {"broken": "hpckit-no-such-command", "fine": "true"}}, "register": "found"}]
-    plays = [{"hosts": "localhost", "connection": "local", "gather_facts": False, "roles": ["hpckit_inspect"]}]
-    plays[0]["tasks"] = tasks
-    play = tmp_path / "inspect.yml"
-    play.write_text(json.dumps(plays), encoding="utf-8")
-    done = subprocess.run(
-        [playbook, "-i", "localhost,", "-e", f"ansible_python_interpreter={sys.executable}", str(play)],
-        env={**_ansible_env(tmp_path), "ANSIBLE_ROLES_PATH": str(ROLES)},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = _inspect_play(tmp_path, tasks, {})
     assert done.returncode == 2, done.stdout + done.stderr
     assert "check 'broken' could not answer (exit 127): " in done.stdout, done.stdout
     assert "hpckit-no-such-command: not found" in done.stdout
