@@ -129,6 +129,7 @@ def _debs(*names: str) -> list[str]:
     return [p for p in BUILD if Path(p).name.split("_")[0] in names]
 
 
+@pytest.mark.slow  # a playbook run over three local hosts: ~8 s
 def test_each_host_gets_what_its_roles_need_and_debian_slurm_goes(tmp_path: Path) -> None:
     # What a lab node starts with: Debian's 22.05 from the host, removed as much as installed.
     dpkg = (
@@ -151,6 +152,7 @@ def test_each_host_gets_what_its_roles_need_and_debian_slurm_goes(tmp_path: Path
         assert host["conflicts"] == ["slurmd", "slurm-client"]
 
 
+@pytest.mark.slow  # two playbook runs: ~12 s
 def test_nothing_to_do_at_the_build_version_and_an_upgrade_replaces_all(tmp_path: Path) -> None:
     at = "".join(f"ii {n}_24.11.5-1\n" for n in ("slurm-smd", "slurm-smd-client", "slurm-smd-sackd"))
     hosts = _evaluate(tmp_path, at, {"slurm_packages_sackd": True})
