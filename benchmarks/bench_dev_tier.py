@@ -52,7 +52,9 @@ def main() -> None:
         "target under 180 s wall on 2 cores.\n\n"
         "| wall | CPU (pytest and children) | tests | load average (1 min) before, after |\n"
         "| --- | --- | --- | --- |\n"
-        f"| {wall:.0f} s | {cpu:.0f} s | {summary} | {load_before:.1f}, {load_after:.1f} |"
+        f"| {wall:.0f} s | {cpu:.0f} s | {summary} | {load_before:.1f}, {load_after:.1f} |\n\n"
+        "pytest runs one test at a time: on an idle 2-core box the wall time is close to the CPU time; a load "
+        "average above 2 means other work shared the cores and stretched the wall time."
     )
     print(body)
     if not args.no_record:
