@@ -12,10 +12,28 @@ REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 
 
+# Time limits (pytest-timeout) of the tests that bring up a lab, pyproject's default (600 s) being too short for
+# them; each counts the lab's deploy in its module's (or the session's) first test, and is set for a loaded
+# 2-core CI box. A test or module with its own timeout mark keeps it.
+# A namespace-lab test: its own work (the longest, the 8-node bench bisect, ~360 s) plus a cold deploy (30 s for
+# 4 nodes alone, 89 s for 16; several times that beside a full test run).
+LAB_TIMEOUT_S = 1800
+# A test of a Slurm built from source: it may wait for scripts/test.sh's background builds (its own limit on
+# them is BUILD_TIMEOUT_S, 3600 s; a cold 24.11.5 build took 1045 s wall at nice 19 under load), then deploys.
+BUILT_SLURM_TIMEOUT_S = 5400
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests of a Slurm built from source run last: scripts/test.sh builds what the package cache lacks in the
     background, and every other test running first gives those builds the time they need."""
     items.sort(key=lambda item: item.get_closest_marker("built_slurm") is not None)
+    for item in items:
+        if item.get_closest_marker("timeout") is not None:
+            continue
+        if item.get_closest_marker("built_slurm") is not None:
+            item.add_marker(pytest.mark.timeout(BUILT_SLURM_TIMEOUT_S))
+        elif item.get_closest_marker("lab") is not None:
+            item.add_marker(pytest.mark.timeout(LAB_TIMEOUT_S))
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""Static checks of ansible/: syntax, rendered configs, secrets hygiene, lint. No host is contacted."""
+"""Static checks of ansible/: syntax, rendered configs, secrets hygiene. No host is contacted. (ansible-lint runs
+once per CI, in scripts/test.sh.)"""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import jinja2.nativetypes
 import pytest
 from ruamel.yaml import YAML
 
@@ -306,19 +308,6 @@ def test_templates_render_the_same_through_ansible(tmp_path: Path) -> None:
     assert out.read_text(encoding="utf-8") == _render("slurm_common", "slurm.conf.j2", _contract_vars())
 
 
-def test_ansible_lint(tmp_path: Path) -> None:
-    lint = _tool("ansible-lint")
-    result = subprocess.run(
-        [lint, "--offline", "--nocolor", "-q", "."],
-        cwd=ANSIBLE,
-        env={**_ansible_env(tmp_path), "NO_COLOR": "1"},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
 # ------------------------------------------------------------------ site.yml's order
 
 
@@ -420,9 +409,24 @@ def test_the_contract_names_every_group_and_variable_hpckit_passes() -> None:
 # ------------------------------------------------------------------ hpckit_inspect, on this machine
 
 
+def _inspect_play(tmp_path: Path, tasks: list[dict[str, Any]], variables: dict[str, Any]) -> Any:
+    """ansible-playbook over a local connection: the hpckit_inspect role (its action), then ``tasks``."""
+    playbook = _tool("ansible-playbook")
+    play = tmp_path / "inspect.yml"
+    plays = [{"hosts": "localhost", "connection": "local", "gather_facts": False, "roles": ["hpckit_inspect"]}]
+    plays[0].update({"vars": variables, "tasks": tasks})
+    play.write_text(json.dumps(plays), encoding="utf-8")  # JSON is YAML
+    return subprocess.run(
+        [playbook, "-i", "localhost,", "-e", f"ansible_python_interpreter={sys.executable}", str(play)],
+        env={**_ansible_env(tmp_path), "ANSIBLE_ROLES_PATH": str(ROLES)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
 def test_hpckit_inspect_reads_and_compares(tmp_path: Path) -> None:
     """The action every role starts with, run for real over a local connection on files made here."""
-    playbook = _tool("ansible-playbook")
     (tmp_path / "wanted.j2").write_text("value {{ wanted }}\n", encoding="utf-8")
     for name, text in (("same", "value 1\n"), ("other", "value 2\n")):
         (tmp_path / name).write_text(text, encoding="utf-8")
@@ -438,24 +442,14 @@ def test_hpckit_inspect_reads_and_compares(tmp_path: Path) -> None:
             "absent": {"path": str(tmp_path / "absent"), "managed": "{{ 1 == 2 }}"},
         },
         "services": ["hpckit-no-such-service"],
-        "checks": {"succeeds": f"test -d {tmp_path}", "fails": "exit 3"},
+        "checks": {"succeeds": f"test -d {tmp_path}", "fails": "exit 1"},
         "reads": {"lines": "printf 'a\\nb\\n'", "quoted": 'echo "it\'s"'},
     }
     tasks = [
         {"hpckit_inspect": inspect, "register": "found"},
         {"ansible.builtin.copy": {"content": "{{ found | to_json }}", "dest": str(result), "mode": "0644"}},
     ]
-    play = tmp_path / "inspect.yml"
-    plays = [{"hosts": "localhost", "connection": "local", "gather_facts": False, "roles": ["hpckit_inspect"]}]
-    plays[0].update({"vars": {"wanted": 1}, "tasks": tasks})
-    play.write_text(json.dumps(plays), encoding="utf-8")  # JSON is YAML
-    done = subprocess.run(
-        [playbook, "-i", "localhost,", "-e", f"ansible_python_interpreter={sys.executable}", str(play)],
-        env={**_ansible_env(tmp_path), "ANSIBLE_ROLES_PATH": str(ROLES)},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = _inspect_play(tmp_path, tasks, {"wanted": 1})
     assert done.returncode == 0, done.stdout + done.stderr
     found = json.loads(result.read_text(encoding="utf-8"))
     assert found["missing"] == ["hpckit-no-such-package"]
@@ -478,3 +472,88 @@ def test_ssh_gives_up_on_a_host_that_goes_silent() -> None:
     words = cfg["ssh_connection"]["ssh_args"].split()
     options = dict(word.split("=", 1) for word in words if "=" in word)
     assert int(options["ServerAliveInterval"]) > 0 and int(options["ServerAliveCountMax"]) > 0, options
+
+
+def _inspect_plugin() -> Any:
+    import importlib.util
+
+    path = ROLES / "hpckit_inspect" / "action_plugins" / "hpckit_inspect.py"
+    spec = importlib.util.spec_from_file_location("hpckit_inspect_action", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_hpckit_inspect_script_fails_on_a_check_that_cannot_answer() -> None:
+    """A check that breaks (its command missing, a syntax error) is no "no": the script, run by /bin/sh as
+    Ansible runs it, still answers the other checks, then exits non-zero carrying what the broken ones printed."""
+    plugin = _inspect_plugin()
+    checks = {
+        "yes": "true",
+        "no": "grep -q x /dev/null",
+        "missing": "hpckit-no-such-command --now",
+        "syntax": "if then fi",
+    }
+    script = plugin._script([], {}, [], checks, {})
+    done = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, check=False, timeout=30)
+    assert done.returncode != 0
+    assert "hpckit-no-such-command: not found" in done.stderr, done.stderr
+    found = plugin._parse(done.stdout)
+    assert found["c"] == {"yes": "true", "no": "false"}
+    assert set(found["e"]) == {"missing", "syntax"}
+    message = plugin._broken_checks(found["e"])
+    assert "check 'missing' could not answer (exit 127): " in message and "hpckit-no-such-command: not found" in message
+    assert "check 'syntax' could not answer (exit 2): " in message and "Syntax error" in message
+
+
+def test_hpckit_inspect_fails_the_task_on_a_check_that_cannot_answer(tmp_path: Path) -> None:
+    """Through Ansible: the task fails (the role stops there) and its message is the check's stderr."""
+    tasks = [{"hpckit_inspect": {"checks": {"broken": "hpckit-no-such-command", "fine": "true"}}, "register": "found"}]
+    done = _inspect_play(tmp_path, tasks, {})
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "check 'broken' could not answer (exit 127): " in done.stdout, done.stdout
+    assert "hpckit-no-such-command: not found" in done.stdout
+
+
+def test_shared_fs_writes_the_fstab_line_its_inspection_looks_for() -> None:
+    """The fstab line is made in one place (vars/main.yml): the inspection's check and lineinfile both read it,
+    so they cannot drift apart (the role would then rewrite fstab on every run and never converge)."""
+    role = ROLES / "shared_fs"
+    texts = {p.relative_to(role).as_posix(): p.read_text(encoding="utf-8") for p in role.rglob("*.yml")}
+    assert [name for name, text in texts.items() if "none bind 0 0" in text] == ["vars/main.yml"]
+    assert [name for name, text in texts.items() if "',_netdev'" in text] == ["vars/main.yml"]
+    declare = next(t for t in _tasks(role / "tasks" / "client.yml") if "ansible.builtin.lineinfile" in t)
+    assert declare["ansible.builtin.lineinfile"]["line"] == "{{ shared_fs_fstab_lines[shared_fs_index] }}"
+    assert declare["loop"] == "{{ shared_fs_nfs }}" and declare["loop_control"]["index_var"] == "shared_fs_index"
+    variables = _yaml(role / "vars" / "main.yml")
+    env = jinja2.nativetypes.NativeEnvironment()
+    nfs = [
+        {"server": "ctl", "server_addr": "10.0.0.1", "export": "/srv/home", "mount": "/home", "options": "rw"},
+        {"server": "node1", "export": "/srv/data", "mount": "/data", "options": "rw,_netdev"},
+    ]
+    lines = env.from_string(variables["shared_fs_fstab_lines"]).render(shared_fs_nfs=nfs, inventory_hostname="node1")
+    assert lines == ["10.0.0.1:/srv/home /home nfs rw,_netdev 0 0", "/srv/data /data none bind 0 0"]
+
+
+# What a role may use only from some ansible-core release on: (what its files say, the release).
+ANSIBLE_FEATURES = (("end_role", (2, 18)),)
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in str(text).split("."))
+
+
+def test_every_role_declares_the_ansible_its_tasks_need() -> None:
+    """min_ansible_version is what a role's tasks need (meta: end_role came with 2.18), and never below the
+    ansible-core hpckit installs and tests with (pyproject's floor): an older one was never run."""
+    import tomllib
+
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text(encoding="utf-8"))
+    floor = next(d for d in pyproject["project"]["dependencies"] if d.startswith("ansible-core"))
+    floor_version = _version(floor.split(">=")[1].split(",")[0].split()[0])
+    for role in sorted(p for p in ROLES.iterdir() if p.is_dir()):
+        declared = _version(_yaml(role / "meta" / "main.yml")["galaxy_info"]["min_ansible_version"])
+        text = "".join(p.read_text(encoding="utf-8") for p in role.rglob("*.yml"))
+        needed = max([floor_version] + [version for word, version in ANSIBLE_FEATURES if word in text])
+        assert declared >= needed, f"{role.name} declares {declared}, needs {needed}"

@@ -93,6 +93,7 @@ EXPECTED = {
 }
 
 
+@pytest.mark.slow  # its fixture runs the torch sweep in 2 processes: ~6 s
 @pytest.mark.parametrize("op", OPS)
 def test_every_collective_round_trips(tables: dict[str, str], op: str) -> None:
     """Every expectation here is written out, not computed by the code under test (torch_sweep, registry)."""
@@ -120,6 +121,7 @@ def test_every_collective_round_trips(tables: dict[str, str], op: str) -> None:
     assert meta["avg_busbw_gbps"] == pytest.approx(avg, rel=0.05, abs=2e-3)
 
 
+@pytest.mark.slow  # the torch sweep fixture: ~6 s
 def test_the_table_lines_up_with_its_header(tables: dict[str, str]) -> None:
     """Column ends of the header and the rows agree, as in nccl-tests (readable by eye, not only by parser)."""
     lines = tables["all_reduce"].splitlines()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -45,6 +46,7 @@ def test_random_text(text: str) -> None:
     check(text)
 
 
+@pytest.mark.slow  # 800 documents: ~6 s
 @fast(800)
 @given(documents)
 def test_random_yaml_documents(doc: object) -> None:
@@ -79,6 +81,7 @@ def mutated(draw: st.DrawFn) -> str:
     return "".join(lines)
 
 
+@pytest.mark.slow  # 1500 mutants: ~6 s
 @fast(1500)
 @given(mutated())
 def test_mutated_blueprints(text: str) -> None:

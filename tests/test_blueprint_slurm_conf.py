@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from hpckit.blueprint import parse_blueprint
 from hpckit.blueprint.checks import cross_checks
 from hpckit.blueprint.refs import resolve_vars
@@ -163,6 +165,7 @@ def test_block_topology_renders_topology_conf() -> None:
     assert extravars["infiniband_topology_given"] == conf
 
 
+@pytest.mark.slow  # a playbook run: ~6 s
 def test_the_infiniband_role_writes_the_given_topology_and_its_plugin(tmp_path: Path) -> None:
     """The role that owns topology.conf, run for real on this machine (connection local) in its `given`
     mode: it writes hpckit's text and hands slurm.conf the block plugin."""

@@ -7,7 +7,9 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 from hpckit import __version__
@@ -86,3 +88,23 @@ def test_a_command_imports_its_own_module_only() -> None:
     loaded = set(done.stdout.split())
     assert "hpckit.cli.jobs" in loaded
     assert not loaded & {"hpckit.cli.bench", "hpckit.cli.results", "pandas", "matplotlib", "fabric", "ansible_runner"}
+
+
+def test_verify_takes_site_vars_like_every_blueprint_command(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`hpckit verify -V site.yaml BLUEPRINT` verifies the blueprint with the site's vars, as deploy and plan do."""
+    from hpckit.cli import bench as cli_bench
+
+    seen: list[Any] = []
+
+    def verified(bp: Any, timeout: float, partitions: tuple[str, ...] = (), **_: Any) -> dict[str, Any]:
+        seen.append(bp)
+        return {"status": "passed"}
+
+    monkeypatch.setattr(cli_bench, "run_verify", verified)
+    site = tmp_path / "site.yaml"
+    site.write_text('vars:\n  net: "10.99.3"\n')
+    result = CliRunner().invoke(cli, ["verify", "-V", str(site), str(repo / "blueprints" / "lab.yaml"), "--json"])
+    assert result.exit_code == 0, result.output
+    assert seen[0].controller.address == "10.99.3.10"

@@ -40,3 +40,29 @@ def test_every_cited_file_exists(repo: Path) -> None:
 def test_the_check_sees_a_missing_file() -> None:
     text = "see `benchmarks/ansible_noop.py` and `hpckit/cli/` and `hpckit/*.py` and `tests/x.py::test_a`"
     assert _cited(text) == ["benchmarks/ansible_noop.py", "hpckit/cli/", "tests/x.py"]
+
+
+def _section(text: str, title: str) -> str:
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end >= 0 else None]
+
+
+def test_the_layout_table_names_every_room(repo: Path) -> None:
+    """README's layout table has a row for every room of hpckit (each package folder), and for lab/vm."""
+    layout = _section((repo / "README.md").read_text(encoding="utf-8"), "Layout")
+    rows = set(re.findall(r"^\| `(hpckit/[^`]+)` \|", layout, flags=re.MULTILINE))
+    folders = {f"hpckit/{p.parent.name}/" for p in (repo / "hpckit").glob("*/__init__.py")} | {"hpckit/lab/vm/"}
+    assert folders <= rows, f"no layout row for {sorted(folders - rows)}"
+    assert all((repo / row).is_dir() for row in rows), rows
+
+
+def test_the_commands_table_names_every_benchmark(repo: Path) -> None:
+    """The `hpckit bench` row names each benchmark as its command is spelled (allgather, not all_gather)."""
+    from hpckit.bench.registry import BENCHMARKS
+
+    commands = _section((repo / "README.md").read_text(encoding="utf-8"), "Commands")
+    row = next(line for line in commands.splitlines() if line.startswith("| `hpckit bench allreduce -N"))
+    for name in BENCHMARKS:
+        assert f"`{name}`" in row or f"hpckit bench {name} " in row, name
+    assert "hpckit bench list" in row

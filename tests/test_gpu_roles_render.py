@@ -231,7 +231,7 @@ def fstab_line(bp: Blueprint, host: str) -> str:
     line = task("shared_fs", "client.yml", "Declare the mounts in fstab")["ansible.builtin.lineinfile"]["line"]
     ctx = context(bp, host, "shared_fs")
     (fs,) = ctx["shared_fs_nfs"]
-    return str(render_value(line, {**ctx, "item": fs}))
+    return str(render_value(line, {**ctx, "item": fs, "shared_fs_index": 0}))  # the loop's index_var
 
 
 def test_fstab_lines_mount_home_from_the_server_and_bind_it_on_the_server(bp: Blueprint) -> None:

@@ -471,6 +471,7 @@ def fleets(draw: st.DrawFn) -> Case:
     return run, slurm, memory, policy, claimed
 
 
+@pytest.mark.slow  # 300 generated fleets: ~5 s idle, 14-17 s under load
 @settings(max_examples=300, deadline=None)
 @given(fleets())
 def test_invariants(case: Case) -> None:

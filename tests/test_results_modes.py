@@ -157,6 +157,7 @@ def test_mutants_read_the_same_in_both_modes(case: tuple[str, str, str]) -> None
     fast_and_exact(text, kind)
 
 
+@pytest.mark.slow  # 120 mutants, each read in chunks: ~55 s
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated(), st.integers(1, 400))
 def test_mutants_read_the_same_in_chunks(case: tuple[str, str, str], size: int) -> None:

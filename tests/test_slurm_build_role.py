@@ -102,6 +102,7 @@ def run_role(
     return done, json.loads(facts.read_text()) if facts.exists() else None
 
 
+@pytest.mark.slow  # two playbook runs of the build role: ~40 s
 def test_a_build_is_cached_and_not_built_again(tmp_path: Path) -> None:
     tarball = _tarball(tmp_path)
     done, first = run_role(tmp_path, tarball, ["pmix", "json", "restd", "yaml"])
@@ -140,6 +141,7 @@ def test_restd_cannot_be_left_out(tmp_path: Path) -> None:
     assert "SchedMD's Debian packaging always builds restd and json" in done.stdout
 
 
+@pytest.mark.slow  # playbook runs racing a held lock: ~25 s
 def test_a_build_running_here_is_waited_for_not_repeated(tmp_path: Path) -> None:
     """scripts/build-slurm.sh holds packages/.build.lock while it builds: a run that finds no build waits for the
     lock, then takes the packages that build left, with no source to build from."""

@@ -6,6 +6,8 @@ packages go first, which daemons get an init script."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -128,6 +130,7 @@ def _debs(*names: str) -> list[str]:
     return [p for p in BUILD if Path(p).name.split("_")[0] in names]
 
 
+@pytest.mark.slow  # a playbook run over three local hosts: ~8 s
 def test_each_host_gets_what_its_roles_need_and_debian_slurm_goes(tmp_path: Path) -> None:
     # What a lab node starts with: Debian's 22.05 from the host, removed as much as installed.
     dpkg = (
@@ -150,6 +153,7 @@ def test_each_host_gets_what_its_roles_need_and_debian_slurm_goes(tmp_path: Path
         assert host["conflicts"] == ["slurmd", "slurm-client"]
 
 
+@pytest.mark.slow  # two playbook runs: ~12 s
 def test_nothing_to_do_at_the_build_version_and_an_upgrade_replaces_all(tmp_path: Path) -> None:
     at = "".join(f"ii {n}_24.11.5-1\n" for n in ("slurm-smd", "slurm-smd-client", "slurm-smd-sackd"))
     hosts = _evaluate(tmp_path, at, {"slurm_packages_sackd": True})
@@ -174,3 +178,49 @@ def test_every_group_gets_the_base_package(group: str) -> None:
 
     defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
     assert defaults["slurm_packages_by_group"][group][0] == "slurm-smd"
+
+
+@pytest.mark.slow  # a playbook over three local hosts: ~15 s
+@pytest.mark.skipif(os.geteuid() != 0, reason="the role's copies are root's (owner: root)")
+def test_packages_pass_through_a_private_folder_of_the_run(tmp_path: Path) -> None:
+    """copy.yml for real over local connections: the build host's .deb files reach each host through a folder
+    the run makes for itself on the deploying machine (under its TMPDIR, never a fixed /tmp path another run
+    or user shares) and removes after."""
+    playbook = _tool("ansible-playbook")
+    build, tmp = tmp_path / "build", tmp_path / "tmp"
+    build.mkdir()
+    tmp.mkdir()
+    debs = [build / "slurm-smd_24.11.5-1_amd64.deb", build / "slurm-smd-client_24.11.5-1_amd64.deb"]
+    for deb in debs:
+        deb.write_bytes(deb.name.encode() * 100)
+    hosts = {name: {} for name in ("build", "node1", "node2")}
+    inventory = {"all": {"vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}
+    inventory["all"]["hosts"] = hosts
+    (tmp_path / "inventory.json").write_text(json.dumps(inventory))
+    variables = {
+        "slurm_build_host": "build",
+        "slurm_packages_build": [str(d) for d in debs],
+        "slurm_packages_all_names": ["slurm-smd", "slurm-smd-client"],
+        "slurm_packages_todo": [str(d) for d in debs],
+        "slurm_packages_dir": f"{tmp_path}/got-{{{{ inventory_hostname }}}}",
+    }
+    play = [{"hosts": "node1,node2", "gather_facts": False, "vars": variables}]
+    play[0]["tasks"] = [{"ansible.builtin.include_tasks": str(ROLE / "tasks" / "copy.yml")}]
+    (tmp_path / "play.json").write_text(json.dumps(play))
+    done = subprocess.run(
+        [playbook, "-v", "-i", str(tmp_path / "inventory.json"), str(tmp_path / "play.json")],
+        env={**_ansible_env(tmp_path), "TMPDIR": str(tmp)},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    for host in ("node1", "node2"):
+        for deb in debs:
+            assert (tmp_path / f"got-{host}" / deb.name).read_bytes() == deb.read_bytes()
+    fetched = set(re.findall(r'"dest": "([^"]*hpckit-slurm-packages[^"]*)"', done.stdout))  # fetch's, with -v
+    assert fetched and all(Path(dest).parent.parent == tmp for dest in fetched), fetched
+    assert list(tmp.iterdir()) == []  # removed after the run
+    role_text = "".join(p.read_text() for p in ROLE.rglob("*") if p.is_file())
+    assert "/tmp/hpckit-slurm-packages" not in role_text

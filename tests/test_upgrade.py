@@ -214,3 +214,47 @@ def test_the_command_prints_the_plan_and_refuses_with_exit_2(tmp_path: Path) -> 
     refused = _hpckit(tmp_path, str(target), "--dry-run")
     assert refused.returncode == 2 and "upgrade through 22.05 -> 23.02 -> 24.11" in refused.stderr
     assert refused.stdout == ""
+
+
+def test_plan_labels_changes_by_the_release_the_record_saw_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`hpckit plan` through the CLI, its check run replaced by one slurm.conf diff: the running daemons take the
+    change, so its label follows the release the record saw running (22.05 restarts slurmctld for a new
+    SchedulerType, 24.11 reconfigures), not the blueprint's; without a record, the blueprint's."""
+    from click.testing import CliRunner
+
+    from hpckit.cli import cli
+    from hpckit.cli import deploy as cli_deploy
+    from hpckit.deploy.apply import PlanResult
+    from hpckit.deploy.changes import key_action
+    from hpckit.deploy.events import ConfigDiff, Tracker
+    from hpckit.deploy.runner import RunOutcome
+
+    before, after = "ClusterName=up\nSchedulerType=sched/backfill\n", "ClusterName=up\nSchedulerType=sched/builtin\n"
+
+    def check_run(bp: Blueprint, tracker: Tracker, sink: object) -> PlanResult:
+        tracker.diffs.append(ConfigDiff("ctl", "Write slurm.conf", "/etc/slurm/slurm.conf", before, after))
+        return PlanResult(RunOutcome("successful", 0, None))
+
+    monkeypatch.setattr(cli_deploy, "plan", check_run)
+    monkeypatch.setenv("HPCKIT_STATE", str(tmp_path))
+    target = tmp_path / "up.yaml"
+    target.write_text(blueprint("24.11.6").model_dump_json())  # JSON is YAML
+    old, new = key_action("SchedulerType", "22.05").label, key_action("SchedulerType", "24.11").label
+    assert old != new  # else this test could not tell the releases apart
+
+    def planned() -> tuple[str, dict[str, object]]:
+        text = CliRunner().invoke(cli, ["plan", str(target)])
+        report = CliRunner().invoke(cli, ["plan", str(target), "--json"])
+        assert text.exit_code == 0 and report.exit_code == 0, text.output + report.output
+        return text.output, json.loads(report.output)
+
+    output, report = planned()  # no record: the blueprint's 24.11
+    assert report["slurm_release"] == "24.11" and report["action"] == new
+    _record(tmp_path, blueprint(None), "22.05.8", before)  # the record: 22.05.8 runs
+    output, report = planned()
+    assert report["slurm_release"] == "22.05" and report["action"] == old
+    assert report["changes"] == [{"file": "/etc/slurm/slurm.conf", "what": "schedulertype changed", "action": old}]
+    assert f"{old:<26} /etc/slurm/slurm.conf: schedulertype changed" in output
+    assert f"applying this plan needs: {old} (Slurm 22.05 running; the blueprint names 24.11)" in output

@@ -19,7 +19,9 @@ from hpckit.proc import TransportError
 from tests.labutil import CliRun, Cluster, hpckit
 from tests.vmutil import leftovers, needs_vms, vm_blueprint
 
-pytestmark = [pytest.mark.lab, pytest.mark.slow, needs_vms()]
+# The module's first test counts the VM lab's cold deploy (766 s alone, up to 1144 s beside a test run, plus 203 s
+# for the image on a fresh machine; hpckit's own limit on it is 2400 s).
+pytestmark = [pytest.mark.lab, pytest.mark.slow, needs_vms(), pytest.mark.timeout(3600)]
 # This module's own VMs; two checkouts testing at once set HPCKIT_TEST_VM=NAME,NET,BRIDGE.
 NAME, NET, BRIDGE = os.environ.get("HPCKIT_TEST_VM", "vmtest,10.78.135,hpcv135").split(",")
 HOSTS = ["ctl", "login", "node1", "node2"]

@@ -55,7 +55,12 @@ def _skip_reason() -> str | None:
     return None
 
 
-pytestmark = [pytest.mark.lab, pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))]
+# The first test counts building the image on first use (203 s cold) and booting the machines under emulation.
+pytestmark = [
+    pytest.mark.lab,
+    pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason())),
+    pytest.mark.timeout(2400),
+]
 
 
 @pytest.fixture(scope="module")

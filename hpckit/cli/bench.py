@@ -23,6 +23,7 @@ from hpckit.bench.follow import Progress
 from hpckit.bench.output import save, summary, table_text
 from hpckit.bench.registry import BENCHMARKS, Benchmark, get
 from hpckit.bench.run import BenchJobFailed, BenchRequest, BenchResult, Context, run_bench
+from hpckit.cli.blueprint import site_option
 from hpckit.errors import InputError
 from hpckit.jobs.submit import transport_for
 from hpckit.results.report import human_bytes
@@ -403,15 +404,23 @@ def _pairs(report: Report) -> int:
 
 @click.command("verify")
 @click.argument("blueprint", type=click.Path(dir_okay=False, path_type=Path))
+@site_option
 @click.option("--timeout", type=click.FloatRange(min=10), default=600.0, show_default=True, help="time box, s")
 @click.option("--partition", "-p", "partitions", multiple=True, help="only these partitions (repeatable)")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--quiet", "-q", is_flag=True)
-def verify_cmd(blueprint: Path, timeout: float, partitions: tuple[str, ...], as_json: bool, quiet: bool) -> None:
+def verify_cmd(
+    blueprint: Path,
+    site_files: tuple[Path, ...],
+    timeout: float,
+    partitions: tuple[str, ...],
+    as_json: bool,
+    quiet: bool,
+) -> None:
     """Prove a running cluster's collectives: every node alone, then each partition together; name slow nodes."""
     from hpckit.blueprint import load_blueprint
 
-    bp = load_blueprint(blueprint, ())
+    bp = load_blueprint(blueprint, site_files)
     outcome = run_verify(bp, timeout, partitions, progress=not quiet, evidence=not as_json)
     if as_json:
         click.echo(json.dumps(outcome))

@@ -20,7 +20,7 @@ from hpckit.deploy.changes import overall, plan_changes
 from hpckit.deploy.events import ConfigDiff, Tracker
 from hpckit.deploy.progress import Progress, tally_table
 from hpckit.deploy.record import mark_destroyed
-from hpckit.deploy.upgrade import DEFAULT_BATCH, UpgradePlan, live_cluster, plan_upgrade
+from hpckit.deploy.upgrade import DEFAULT_BATCH, UpgradePlan, live_cluster, plan_upgrade, running_release
 from hpckit.deploy.upgrade_run import UpgradeProgress, UpgradeResult, failure_lines, run_upgrade
 from hpckit.errors import InputError
 from hpckit.lab.provider import lab_down
@@ -118,7 +118,11 @@ def plan_cmd(blueprint: Path, site_files: tuple[Path, ...], as_json: bool) -> No
     bp = _load(blueprint, site_files)
     tracker = Tracker()
     result = plan(bp, tracker, lambda event: tracker.feed(event))
-    release = slurm_release_of(bp)  # the labels are this release's (hpckit/data/slurm-releases.yaml)
+    # The labels are a release's (hpckit/data/slurm-releases.yaml): the running one's, whose daemons take the
+    # change, as the record saw it; the blueprint's where the record does not say (a blueprint naming another
+    # release is an upgrade, `hpckit upgrade`'s business).
+    named = slurm_release_of(bp)
+    release = running_release(bp.cluster_name) or named
     changes = plan_changes(tracker.diffs, release)
     if as_json:
         report = {
@@ -138,7 +142,10 @@ def plan_cmd(blueprint: Path, site_files: tuple[Path, ...], as_json: bool) -> No
         for host in result.new_hosts:
             click.echo(f"{'new host':<26} {host}: not running yet; deploy starts it and builds it from scratch")
         if changes:
-            click.echo(f"applying this plan needs: {overall(changes).label} (Slurm {release.series})")
+            which = release.series
+            if release.series != named.series:
+                which += f" running; the blueprint names {named.series}"
+            click.echo(f"applying this plan needs: {overall(changes).label} (Slurm {which})")
         for failure in tracker.failures:
             click.echo(f"cannot plan {failure}", err=True)
     sys.exit(0 if tracker.ok else 1)

@@ -285,7 +285,7 @@ def live_cluster(cluster: str) -> LiveCluster:
         recorded = Blueprint.model_validate(data)
     except ValidationError as exc:
         raise RecordError(f"deployment record {path} is unreadable: {exc}") from None
-    seen = _parsed(where.slurm_version())
+    seen = running_release(cluster)
     version = seen or slurm_release_of(recorded)
     conf = where.config(recorded.controller.host, "/etc/slurm/slurm.conf") or ""
     hosts = {recorded.controller.host, *(h.host for h in recorded.login)}
@@ -296,6 +296,12 @@ def live_cluster(cluster: str) -> LiveCluster:
         timeouts[key] = int(value) if value is not None and value.isdigit() else DEFAULT_TIMEOUTS[key]
     state = _conf_value(conf, "StateSaveLocation") or DEFAULT_STATE_SAVE
     return LiveCluster(cluster, version, frozenset(hosts), timeouts, state, version_seen=seen is not None)
+
+
+def running_release(cluster: str) -> Version | None:
+    """The Slurm version the cluster's last good deploy (or upgrade) found running; None when the record does not
+    say (no record, or the controller did not answer then)."""
+    return _parsed(ClusterDir.of(cluster).slurm_version())
 
 
 def _parsed(text: str | None) -> Version | None:
