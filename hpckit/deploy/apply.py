@@ -14,7 +14,7 @@ from hpckit import __version__
 from hpckit.blueprint.models import Blueprint, LabProvider
 from hpckit.clusters import BLUEPRINT, INVENTORY, VERSIONS, ClusterAccess, ClusterDir
 from hpckit.deploy.build_record import install_record
-from hpckit.deploy.events import Tracker, explain_failures
+from hpckit.deploy.events import Tracker, apt_reason_lost, explain_failures
 from hpckit.deploy.inventory import host_entries
 from hpckit.deploy.join import SLURMD_LOG, JoinReport, wait_for_join
 from hpckit.deploy.playvars import build_vars
@@ -88,7 +88,7 @@ def deploy(bp: Blueprint, tracker: Tracker, sink: EventSink, opts: DeployOptions
     outcome = run_playbook(inventory, extravars, run, sink, keep_events=record.events_file)
     _timed(timings, "playbook", t1)
     if not tracker.ok:
-        tracker.failures[:] = explain_failures(tracker.failures, lambda host: _apt_update(target, host))
+        _explain_failures(target, tracker)
     result = DeployResult(tracker, outcome, record, timings=timings)
     if tracker.ok and outcome.status == "successful":
         t2 = time.monotonic()
@@ -194,6 +194,17 @@ def _log_tail(target: Target, node: str, lines: int = 15) -> str:
     if isinstance(done, HpckitError):
         return f"(no log: {done})"
     return done.stdout if done.ok else done.describe()
+
+
+def _explain_failures(target: Target, tracker: Tracker) -> None:
+    """Failures whose message lost its cause, completed from their hosts (in parallel: a broken mirror fails
+    every host at once, and apt may wait on it for a while on each)."""
+    hosts = sorted({f.host for f in tracker.failures if apt_reason_lost(f)})
+    if not hosts:
+        return
+    with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
+        found = dict(zip(hosts, pool.map(lambda host: _apt_update(target, host), hosts), strict=True))
+    tracker.failures[:] = explain_failures(tracker.failures, found.__getitem__)
 
 
 def _apt_update(target: Target, host: str) -> str:

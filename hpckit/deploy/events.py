@@ -181,12 +181,16 @@ def _tail(value: object) -> str:
 _APT_UPDATE_NO_REASON = re.compile(r"Failed to update apt cache after \d+ retries:\s*(unknown reason)?")
 
 
+def apt_reason_lost(failure: Failure) -> bool:
+    return _APT_UPDATE_NO_REASON.fullmatch(failure.message) is not None
+
+
 def explain_failures(failures: Iterable[Failure], apt_update: Callable[[str], str]) -> list[Failure]:
     """The failures, those whose message lacks its cause completed: a failed apt cache update with apt's own
     lines, from ``apt_update(host)`` (the output of ``apt-get update`` run again on the host)."""
     return [
         replace(f, message=f"{f.message.rstrip()}\napt-get update: {_apt_lines(apt_update(f.host))}")
-        if _APT_UPDATE_NO_REASON.fullmatch(f.message)
+        if apt_reason_lost(f)
         else f
         for f in failures
     ]
