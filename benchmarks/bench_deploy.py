@@ -72,11 +72,7 @@ def ansible_of(ref: str) -> Iterator[None]:
     theirs.mkdir()
     archive = subprocess.run(["git", "archive", ref, "ansible"], cwd=REPO, capture_output=True, check=True)
     subprocess.run(["tar", "-x", "--strip-components=1", "-C", str(theirs)], input=archive.stdout, check=True)
-    # hpckit's Python (this checkout's) loads the infiniband role's filter plugin from ansible/ as it starts: an
-    # older tree lacks it or has a version that Python cannot use, so this checkout's goes in its place (on the
-    # lab, which has no fabric, no role calls it; every run is still checked to change nothing).
-    (theirs / fabric.PLUGIN).parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(ours / fabric.PLUGIN, theirs / fabric.PLUGIN)
+    keep_python_assets(ours, theirs)
     ours.rename(aside)
     theirs.rename(ours)
     try:
@@ -85,6 +81,14 @@ def ansible_of(ref: str) -> Iterator[None]:
         ours.rename(theirs)
         aside.rename(ours)
         shutil.rmtree(theirs)
+
+
+def keep_python_assets(ours: Path, theirs: Path) -> None:
+    """hpckit's Python (this checkout's) loads the infiniband role's filter plugin from ansible/ as it starts: an
+    older tree lacks it or has a version that Python cannot use, so this checkout's goes in its place (on the
+    lab, which has no fabric, no role calls it; every run is still checked to change nothing)."""
+    (theirs / fabric.PLUGIN).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(ours / fabric.PLUGIN, theirs / fabric.PLUGIN)
 
 
 def plain_noop(state: Path, cluster: str) -> float:
