@@ -6,18 +6,20 @@
 4. the same as 1-2 with 16 compute nodes.
 Targets: no-op <= 15 s and <= 0.5x the plain run; 16 nodes <= 1.5x the 4-node time.
 
-With --against REF, instead: one cold deploy of the 4-node lab, then no-op deploys alternating the playbooks
-of git revision REF (its ansible/, swapped into this checkout for each of its runs; the Python stays this
-checkout's) and this checkout's, each required to change nothing: a before/after of a change to ansible/
-on the same lab, in one run on a noisy machine. Leave ansible/ alone while it runs.
+With --against REF [REF...], instead: one cold deploy of the 4-node lab, then no-op deploys alternating the
+playbooks of each git revision REF (its ansible/, swapped into this checkout for each of its runs, with this
+checkout's topology filter plugin, which the Python loads; the Python stays this checkout's) and this
+checkout's, each required to change nothing: a before/after of a change to ansible/ on the same lab, in one
+run on a noisy machine, with the time of each play. Leave ansible/ alone while it runs.
 
 Run: python benchmarks/bench_deploy.py [--no-record] [--lab NAME,NET,BRIDGE] [--lab16 NAME,NET,BRIDGE]
-     python benchmarks/bench_deploy.py --against REF [--runs N] [--lab NAME,NET,BRIDGE]
+     python benchmarks/bench_deploy.py --against REF [REF...] [--runs N] [--lab NAME,NET,BRIDGE]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -28,6 +30,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
+from datetime import datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -35,6 +38,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks._record import record  # noqa: E402
 from hpckit.clusters import ClusterDir  # noqa: E402
+from hpckit.hw import fabric  # noqa: E402
 from tests.labutil import hpckit, lab_blueprint  # noqa: E402
 
 
@@ -68,6 +72,7 @@ def ansible_of(ref: str) -> Iterator[None]:
     theirs.mkdir()
     archive = subprocess.run(["git", "archive", ref, "ansible"], cwd=REPO, capture_output=True, check=True)
     subprocess.run(["tar", "-x", "--strip-components=1", "-C", str(theirs)], input=archive.stdout, check=True)
+    keep_python_assets(ours, theirs)
     ours.rename(aside)
     theirs.rename(ours)
     try:
@@ -76,6 +81,14 @@ def ansible_of(ref: str) -> Iterator[None]:
         ours.rename(theirs)
         aside.rename(ours)
         shutil.rmtree(theirs)
+
+
+def keep_python_assets(ours: Path, theirs: Path) -> None:
+    """hpckit's Python (this checkout's) loads the infiniband role's filter plugin from ansible/ as it starts: an
+    older tree lacks it or has a version that Python cannot use, so this checkout's goes in its place (on the
+    lab, which has no fabric, no role calls it; every run is still checked to change nothing)."""
+    (theirs / fabric.PLUGIN).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(ours / fabric.PLUGIN, theirs / fabric.PLUGIN)
 
 
 def plain_noop(state: Path, cluster: str) -> float:
@@ -119,7 +132,7 @@ def main() -> None:
     ap.add_argument("--no-record", action="store_true")
     ap.add_argument("--lab", default="bench4,10.77.4,hpckb4", help="NAME,NET,BRIDGE of the 4-node lab")
     ap.add_argument("--lab16", default="bench16,10.77.6,hpckb6", help="NAME,NET,BRIDGE of the 16-node lab")
-    ap.add_argument("--against", metavar="REF", help="compare no-op deploys with REF's ansible/ instead")
+    ap.add_argument("--against", metavar="REF", nargs="+", help="compare no-op deploys with REFs' ansible/ instead")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="hpckit-bench-"))
     state = tmp / "state"
@@ -154,34 +167,81 @@ def main() -> None:
         record("deploy", body)
 
 
-def against(ref: str, four: Path, state: Path, runs: int, keep: bool) -> None:
-    """No-op deploys alternating REF's playbooks and this checkout's, on one lab; each must change nothing."""
+def against(refs: list[str], four: Path, state: Path, runs: int, keep: bool) -> None:
+    """No-op deploys alternating each REF's playbooks and this checkout's, on one lab; each must change nothing."""
     loads = [load()]
-    times: dict[str, list[float]] = {ref: [], "this checkout": []}
+    names = [*refs, "this checkout"]
+    times: dict[str, list[float]] = {name: [] for name in names}
+    busy: dict[str, list[float]] = {name: [] for name in names}
+    plays: dict[str, list[dict[str, float]]] = {name: [] for name in names}
     try:
         timed_deploy(four, state)
         for _ in range(runs):
-            for name in times:
-                with ansible_of(ref) if name == ref else nullcontext():
+            for name in names:
+                with ansible_of(name) if name in refs else nullcontext():
                     took, parts = timed_deploy(four, state)
                 if parts["changed"]:
                     raise SystemExit(f"the no-op deploy with {name}'s ansible/ changed {parts['changed']:.0f} tasks")
                 times[name].append(took)
+                busy[name].append(parts["busy_cpu_s"])
+                plays[name].append(breakdown(ClusterDir.of(four.stem, state).current / "events.jsonl", took, parts))
         loads.append(load())
     finally:
         hpckit("destroy", str(four), state=state)
-    ratio = statistics.median(times["this checkout"]) / statistics.median(times[ref])
+    ours = statistics.median(times["this checkout"])
+    ratios = [f"- this checkout / {r} = {ours / statistics.median(times[r]):.2f} (medians of {runs})" for r in refs]
+    rows = [f"| {n} | {_spread(times[n])} | {statistics.median(busy[n]):.1f} s |" for n in names]
     body = (
-        f"## No-op deploy, ansible/ of `{ref}` against this checkout (`benchmarks/bench_deploy.py --against`)\n\n"
-        "4-node lab, one cold deploy, then `hpckit deploy` no-ops alternating the two playbook trees (same "
+        f"## No-op deploy, ansible/ of {', '.join(f'`{r}`' for r in refs)} against this checkout "
+        "(`benchmarks/bench_deploy.py --against`)\n\n"
+        "4-node lab (6 hosts), one cold deploy, then `hpckit deploy` no-ops alternating the playbook trees (same "
         "Python, same lab); every run changed nothing. Load average (1 min) at the start and the end: "
-        f"{', '.join(loads)}.\n\n| ansible/ | no-op deploy |\n| --- | --- |\n"
-        + "\n".join(f"| {name} | {_spread(values)} |" for name, values in times.items())
-        + f"\n\n- this checkout / {ref} = {ratio:.2f} (medians of {runs})"
+        f"{', '.join(loads)}; busy CPU: the whole box's, all cores, during each run (the box is shared).\n\n"
+        "| ansible/ | no-op deploy | busy CPU |\n| --- | --- | --- |\n"
+        + "\n".join(rows)
+        + "\n\n"
+        + "\n".join(ratios)
+        + "\n\n"
+        + play_table(names, plays)
     )
     print(body)
     if keep:
         record("deploy-against", body)
+
+
+def play_times(events: Path) -> dict[str, float]:
+    """Seconds from each play's start to the next's (the last: to the run's end), from a record's events."""
+    marks = []
+    for line in events.read_text().splitlines():
+        event = json.loads(line)
+        if event["event"] in ("playbook_on_play_start", "playbook_on_stats"):
+            marks.append((event.get("play", ""), datetime.fromisoformat(event["created"])))
+    spans: dict[str, float] = {}
+    for (name, start), (_, end) in itertools.pairwise(marks):
+        spans[name] = spans.get(name, 0.0) + (end - start).total_seconds()
+    return spans
+
+
+def breakdown(events: Path, took: float, parts: dict[str, float]) -> dict[str, float]:
+    """A no-op's wall time in parts: each play, Ansible's start and end, and hpckit's own work around them."""
+    spans = play_times(events)
+    spans["(ansible-playbook starting and ending)"] = parts.get("playbook", 0.0) - sum(spans.values())
+    spans["(hpckit: start, inventory, record, join check)"] = took - parts.get("playbook", 0.0)
+    return spans
+
+
+def play_table(names: list[str], plays: dict[str, list[dict[str, float]]]) -> str:
+    """Median seconds per play for each tree (plays by name; "-" where a tree has no such play)."""
+    order = list(dict.fromkeys(play for name in names for run in plays[name] for play in run))
+    head = "| play | " + " | ".join(names) + " |\n|" + " --- |" * (len(names) + 1) + "\n"
+    lines = []
+    for play in order:
+        cells = [[run[play] for run in plays[name] if play in run] for name in names]
+        lines.append(f"| {play} | " + " | ".join(f"{statistics.median(c):.2f}" if c else "-" for c in cells) + " |")
+    totals = [statistics.median(sum(run.values()) for run in plays[name]) for name in names]
+    lines.append("| the whole no-op (sum) | " + " | ".join(f"{t:.2f}" for t in totals) + " |")
+    title = "Where a no-op deploy's time goes, median seconds per part (plays from the record's events):\n\n"
+    return title + head + "\n".join(lines)
 
 
 def report(

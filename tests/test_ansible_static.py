@@ -328,12 +328,37 @@ def test_site_plays_come_in_the_order_the_cluster_needs() -> None:
         ["slurm_login", "hpckit_login"],
         ["enroot_pyxis"],  # after Slurm: pyxis is built against it
         ["Container smoke test"],
-        ["hpckit_login", "hpckit_health"],  # hpckit on the compute nodes where it is a wheel (not shared)
+        ["hpckit_login"],  # hpckit on the compute nodes where it is a wheel (not shared), before
+        ["hpckit_health"],  # the health checks that run it
     ]
     # Only the first play gathers (the service manager, cached): the others cost no fact round trip.
     assert [p.get("gather_facts", True) for p in plays[1:]] == [False] * (len(plays) - 1)
     fabric = next(p for p in plays if p["name"] == "Fabric and GPUs")
     assert fabric["hosts"] == plays[0]["hosts"]  # topology.conf reaches slurmctld's host too
+
+
+def _play_hosts(play: dict[str, Any], extravars: dict[str, Any]) -> Any:
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    return Templar(loader=DataLoader(), variables=extravars).template(trust_as_template(play["hosts"]))
+
+
+def test_plays_that_do_not_apply_have_no_hosts() -> None:
+    """A task skipped on every host still costs a worker process per host (most of a no-op deploy's time went
+    to them): a play that does not apply to the cluster has no hosts instead."""
+    plays = {p["name"]: p for p in _yaml(ANSIBLE / "site.yml")}
+    optional = {
+        "Slurm built from source": {"slurm_install": "build"},
+        "Slurm's built packages on every Slurm host": {"slurm_install": "build"},
+        "Containers (enroot and pyxis)": {"enroot_pyxis_enabled": True},
+        "Container smoke test": {"enroot_pyxis_enabled": True},
+        "Compute nodes' hpckit, installed from the wheel": {"hpckit_install_mode": "wheel"},
+    }
+    lab = {"slurm_install": "distro", "enroot_pyxis_enabled": False, "hpckit_install_mode": "shared"}
+    for name, applies in optional.items():
+        assert not _play_hosts(plays[name], lab), name
+        assert _play_hosts(plays[name], {**lab, **applies}), name
 
 
 def test_slurm_conf_turns_on_the_tree_topology_when_the_fabric_gave_one() -> None:

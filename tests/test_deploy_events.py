@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hpckit.deploy.events import Tracker
+from hpckit.deploy.events import Tracker, explain_failures
 
 
 def ev(kind: str, host: str = "node1", task: str = "t", **res: object) -> dict[str, object]:
@@ -96,3 +96,69 @@ def test_restarts_applied_are_collected() -> None:
             }
         )
     assert tr.restarts == [("node1", "slurmd restarted"), ("ctl", "scontrol reconfigure")]
+
+
+# A runner_on_failed event as ansible-runner emitted it for `apt: name=... update_cache=true` on a lab node
+# that cannot resolve its mirror's name (ansible-core 2.19.14; module_args and event fields cut to those that
+# matter). python-apt raises FetchFailedException() without text, so nothing follows the colon.
+APT_CACHE_FAILED = {
+    "event": "runner_on_failed",
+    "event_data": {
+        "task": "Install the Slurm client tools",
+        "task_action": "ansible.builtin.apt",
+        "host": "node1",
+        "res": {
+            "msg": "Failed to update apt cache after 5 retries: ",
+            "invocation": {"module_args": {"cache_valid_time": 1, "update_cache": True, "update_cache_retries": 5}},
+            "changed": False,
+            "exception": "(traceback unavailable)",
+            "_ansible_no_log": False,
+            "warnings": [
+                "Failed to update cache after 1 retries due to , retrying",
+                "Sleeping for 2 seconds, before attempting to refresh the cache again",
+                "Failed to update cache after 5 retries due to , retrying",
+                "Sleeping for 13 seconds, before attempting to refresh the cache again",
+            ],
+        },
+        "ignore_errors": None,
+    },
+}
+# `LANG=C apt-get -q update` on that node (the mirror's name replaced).
+APT_UPDATE_OUTPUT = """\
+Ign:1 http://mirror.invalid/debian bookworm InRelease
+Ign:2 http://mirror.invalid/debian bookworm-updates InRelease
+Err:1 http://mirror.invalid/debian bookworm InRelease
+  Could not resolve 'mirror.invalid'
+Err:2 http://mirror.invalid/debian bookworm-updates InRelease
+  Could not resolve 'mirror.invalid'
+Reading package lists...
+W: Failed to fetch http://mirror.invalid/debian/dists/bookworm/InRelease  Could not resolve 'mirror.invalid'
+W: Failed to fetch http://mirror.invalid/debian/dists/bookworm-updates/InRelease  Could not resolve 'mirror.invalid'
+W: Some index files failed to download. They have been ignored, or old ones used instead.
+"""
+
+
+def test_a_failed_apt_cache_update_shows_apts_own_lines() -> None:
+    tr = Tracker()
+    tr.feed(APT_CACHE_FAILED)
+    tr.feed(ev("runner_on_failed", host="ctl", task="x", msg="non-zero return code", rc=1, stderr="boom"))
+    asked: list[str] = []
+
+    def apt_update(host: str) -> str:
+        asked.append(host)
+        return APT_UPDATE_OUTPUT
+
+    apt, other = (str(f) for f in explain_failures(tr.failures, apt_update))
+    assert asked == ["node1"]  # only the failure that lacks its cause is read again
+    assert apt.startswith("node1: failed at task 'Install the Slurm client tools': Failed to update apt cache")
+    assert "W: Failed to fetch http://mirror.invalid/debian/dists/bookworm/InRelease  Could not resolve" in apt
+    assert apt.endswith("W: Some index files failed to download. They have been ignored, or old ones used instead.")
+    assert "Ign:" not in apt and "Reading package lists" not in apt
+    assert other == "ctl: failed at task 'x': non-zero return code\nstderr: boom"
+
+
+def test_apt_lines_that_cannot_be_read_say_why() -> None:
+    tr = Tracker()
+    tr.feed(APT_CACHE_FAILED)
+    (failure,) = explain_failures(tr.failures, lambda host: "(not read: ssh: connect to host node1: refused)")
+    assert str(failure).endswith("apt-get update: (not read: ssh: connect to host node1: refused)")

@@ -14,7 +14,7 @@ from hpckit import __version__
 from hpckit.blueprint.models import Blueprint, LabProvider
 from hpckit.clusters import BLUEPRINT, INVENTORY, VERSIONS, ClusterAccess, ClusterDir
 from hpckit.deploy.build_record import install_record
-from hpckit.deploy.events import Tracker
+from hpckit.deploy.events import Tracker, apt_reason_lost, explain_failures
 from hpckit.deploy.inventory import host_entries
 from hpckit.deploy.join import SLURMD_LOG, JoinReport, wait_for_join
 from hpckit.deploy.playvars import build_vars
@@ -23,7 +23,7 @@ from hpckit.deploy.runner import PlaybookRun, RunOutcome, ansible_version, run_p
 from hpckit.deploy.source_fetch import with_local_source
 from hpckit.deploy.targets import Target, prepare_target
 from hpckit.errors import HpckitError, InputError
-from hpckit.proc import Transport
+from hpckit.proc import CommandResult, Transport
 from hpckit.slurm.client import SlurmClient
 
 EventSink = Callable[[Mapping[str, Any]], None]
@@ -87,6 +87,8 @@ def deploy(bp: Blueprint, tracker: Tracker, sink: EventSink, opts: DeployOptions
     run = PlaybookRun(limit=opts.limit, forks=opts.forks, fact_cache=record.cluster_dir.facts)
     outcome = run_playbook(inventory, extravars, run, sink, keep_events=record.events_file)
     _timed(timings, "playbook", t1)
+    if not tracker.ok:
+        _explain_failures(target, tracker)
     result = DeployResult(tracker, outcome, record, timings=timings)
     if tracker.ok and outcome.status == "successful":
         t2 = time.monotonic()
@@ -188,12 +190,38 @@ def _join(bp: Blueprint, controller: Transport, timeout: float) -> JoinReport:
 
 
 def _log_tail(target: Target, node: str, lines: int = 15) -> str:
-    conn = target.transport(node)
+    done = _run_on(target, node, ["tail", "-n", str(lines), SLURMD_LOG], timeout=15)
+    if isinstance(done, HpckitError):
+        return f"(no log: {done})"
+    return done.stdout if done.ok else done.describe()
+
+
+def _explain_failures(target: Target, tracker: Tracker) -> None:
+    """Failures whose message lost its cause, completed from their hosts (in parallel: a broken mirror fails
+    every host at once, and apt may wait on it for a while on each)."""
+    hosts = sorted({f.host for f in tracker.failures if apt_reason_lost(f)})
+    if not hosts:
+        return
+    with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
+        found = dict(zip(hosts, pool.map(lambda host: _apt_update(target, host), hosts), strict=True))
+    tracker.failures[:] = explain_failures(tracker.failures, found.__getitem__)
+
+
+def _apt_update(target: Target, host: str) -> str:
+    """What apt says when it updates its cache on ``host``, for a failed apt task whose message lost it."""
+    done = _run_on(target, host, ["env", "LANG=C", "apt-get", "-q", "update"], timeout=120)
+    return f"(not read: {done})" if isinstance(done, HpckitError) else done.stdout + done.stderr
+
+
+def _run_on(target: Target, host: str, argv: list[str], timeout: float) -> CommandResult | HpckitError:
     try:
-        done = conn.run(["tail", "-n", str(lines), SLURMD_LOG], timeout=15)
-        return done.stdout if done.ok else done.describe()
+        conn = target.transport(host)
     except HpckitError as exc:
-        return f"(no log: {exc})"
+        return exc
+    try:
+        return conn.run(argv, timeout=timeout)
+    except HpckitError as exc:
+        return exc
     finally:
         conn.close()
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 COUNTED = ("ok", "changed", "failed", "unreachable", "skipped")
@@ -173,3 +174,29 @@ def _message(res: Mapping[str, Any]) -> str:
 def _tail(value: object) -> str:
     lines = [line.rstrip() for line in str(value or "").strip().splitlines() if line.strip()]
     return "\n".join(line[:300] for line in lines[-TAIL_LINES:])
+
+
+# apt's cache update fails through python-apt's FetchFailedException, raised without text when a download fails:
+# the module's message ends at the colon ("unknown reason" where no exception came) and apt's own lines are lost.
+_APT_UPDATE_NO_REASON = re.compile(r"Failed to update apt cache after \d+ retries:\s*(unknown reason)?")
+
+
+def apt_reason_lost(failure: Failure) -> bool:
+    return _APT_UPDATE_NO_REASON.fullmatch(failure.message) is not None
+
+
+def explain_failures(failures: Iterable[Failure], apt_update: Callable[[str], str]) -> list[Failure]:
+    """The failures, those whose message lacks its cause completed: a failed apt cache update with apt's own
+    lines, from ``apt_update(host)`` (the output of ``apt-get update`` run again on the host)."""
+    return [
+        replace(f, message=f"{f.message.rstrip()}\napt-get update: {_apt_lines(apt_update(f.host))}")
+        if apt_reason_lost(f)
+        else f
+        for f in failures
+    ]
+
+
+def _apt_lines(output: str) -> str:
+    """apt's warnings and errors (W:, E:), which name each source and why it failed; else its last lines."""
+    found = [line.rstrip()[:300] for line in output.splitlines() if line.startswith(("W:", "E:"))]
+    return "\n".join(found[-TAIL_LINES:]) if found else _tail(output) or "(no output)"

@@ -22,12 +22,14 @@ from hpckit.paths import ansible_dir
 __all__ = ["IbFabric", "IbLink", "IbNode", "fabric_module", "parse_ibnetdiscover", "topology_module"]
 
 MODULE_NAME = "hpckit_topology_filter"
+# The plugin's place under ansible/.
+PLUGIN = "roles/infiniband/filter_plugins/hpckit_topology.py"
 
 
 @cache
 def topology_module() -> ModuleType:
     """The infiniband role's filter plugin, loaded once."""
-    path = ansible_dir() / "roles" / "infiniband" / "filter_plugins" / "hpckit_topology.py"
+    path = ansible_dir() / PLUGIN
     spec = importlib.util.spec_from_file_location(MODULE_NAME, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {path}")

@@ -6,6 +6,7 @@ process. Calls that change a lab hold a lock on the state root.
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -317,13 +318,16 @@ def lab_exec(
 
 
 def exec_argv(cluster: str, node_name: str, argv: Sequence[str], state_root: Path = DEFAULT_STATE_ROOT) -> list[str]:
-    """The host command line that runs ``argv`` in a node, for callers that want its terminal (the CLI)."""
+    """The host command line that runs ``argv`` in a node, for callers that want its terminal (the CLI), with the
+    environment an SSH session on the node gets (a VM lab's goes over SSH): this shell's PATH would miss what
+    is installed for the node alone, such as a login node's hpckit."""
     if machines.is_vm_lab(cluster, state_root):
         return machines.vm_exec_argv(cluster, node_name, argv, state_root)
     guards.require_root()
     if not argv:
         raise LabError("lab exec needs a command")
-    return node.nsenter_argv(_running_record(cluster, node_name, state_root), argv)
+    session = [f"{k}={v}" for k, v in ssh.session_environment(os.environ).items()]
+    return node.nsenter_argv(_running_record(cluster, node_name, state_root), ["env", "-i", *session, *argv])
 
 
 def list_labs(state_root: Path = DEFAULT_STATE_ROOT) -> list[str]:

@@ -7,6 +7,7 @@ and /etc/ssh are never touched.
 from __future__ import annotations
 
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,6 +86,17 @@ def known_hosts_text(spec: LabSpec, host_keys: dict[str, str]) -> str:
 
 
 NODE_BIN = "/etc/hpckit/bin"
+# The PATH of a session on a node (sshd's SetEnv below, and `lab exec`).
+NODE_PATH = f"{NODE_BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def session_environment(caller: Mapping[str, str]) -> dict[str, str]:
+    """The environment sshd gives root's session on a node: its own PATH, HOME, USER..., and of the caller's
+    only what the node's sshd accepts (LANG, LC_*) or a terminal carries (TERM)."""
+    env = {"PATH": NODE_PATH, "HOME": "/root", "USER": "root", "LOGNAME": "root", "SHELL": "/bin/bash"}
+    env["MAIL"] = "/var/mail/root"
+    passed = {k: v for k, v in caller.items() if k in ("LANG", "TERM") or k.startswith("LC_")}
+    return {**env, **passed}
 
 
 def sshd_config_text(spec: LabSpec, node: LabNode) -> str:
@@ -110,7 +122,7 @@ MaxSessions 64
 AcceptEnv LANG LC_*
 # Commands installed for this node alone (the login node's hpckit) live in its private /etc, not in the
 # /usr/local/bin it shares with this box and every other node.
-SetEnv PATH={NODE_BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+SetEnv PATH={NODE_PATH}
 Subsystem sftp /usr/lib/openssh/sftp-server
 """
 
