@@ -48,6 +48,8 @@ class Fabric:
     inode: dict[str, float]
     link: dict[str, float]
     fails: frozenset[str] = frozenset()
+    error: str = "exit code 1"  # what a failed job says
+    blamed: bool = False  # whether a failed job's evidence names its nodes (Slurm lost them)
     noise: float = 0.0  # each figure times up to 1+noise or divided by up to 1+noise (log-uniform)
     seed: int = 0
     figure: float | None = None  # the table's lowest acceptable busbw, when it has one
@@ -62,7 +64,8 @@ class Fabric:
         out = []
         for p in probes:
             if self.fails & set(p.nodes):
-                out.append(Measurement(p, None, str(len(self.probes)), error="exit code 1"))
+                blamed = p.nodes if self.blamed else ()
+                out.append(Measurement(p, None, str(len(self.probes)), error=self.error, blamed=blamed))
                 continue
             speed = self.inode[p.nodes[0]] if p.kind == "single" else min(self.link[n] for n in p.nodes)
             speed *= math.exp(self.rng.uniform(-1, 1) * math.log1p(self.noise))
@@ -149,6 +152,55 @@ def test_a_node_whose_jobs_fail_is_named() -> None:
     fab.fails = frozenset({"node2"})
     report = bisect(nodes(4), fab)
     assert list(report.slow_nodes) == ["node2"] and "failed: exit code 1" in report.slow_nodes["node2"]
+
+
+NO_TORCH = (
+    "could not measure: benchmark job 3 ended FAILED (exit code 1) on node1, no node to blame\n"
+    "ModuleNotFoundError: No module named 'torch'\n"
+    "srun: error: node1: tasks 0-1: Exited with exit code 1"
+)
+
+
+def test_a_benchmark_that_fails_on_every_node_names_none() -> None:
+    """Every single-node job fails alike (no torch where the job runs): nothing was measured, so no node is
+    slow, the search stops after the first round, and the report keeps each job's account."""
+    fab = fabric(4, error=NO_TORCH)
+    fab.fails = frozenset(nodes(4))
+    report = bisect(nodes(4), fab)
+    assert report.slow_nodes == {} and not report.complete and len(report.rounds) == 1
+    assert [j.unmeasured for j in report.rounds[0].judged] == [True] * 4
+    assert report.rounds[0].judged[0].why == (
+        "could not measure: benchmark job 3 ended FAILED (exit code 1) on node1, no node to blame: "
+        "ModuleNotFoundError: No module named 'torch'"
+    )
+    assert len(report.unmeasured) == 4 and report.unmeasured[0] == f"node1: {NO_TORCH}"
+    assert report.to_json()["could_not_measure"] == report.unmeasured
+    outcome = drain_slow(report, NodeOps(FabricSlurm("", "")), PolicySettings())
+    assert outcome.applied == () and outcome.held == ()
+
+
+def test_a_failure_the_job_blames_on_its_nodes_names_them() -> None:
+    """Slurm lost the node (its own evidence): named even when no other probe measured."""
+    fab = fabric(2, blamed=True)
+    fab.fails = frozenset(nodes(2))
+    report = bisect(nodes(2), fab)
+    assert list(report.slow_nodes) == ["node1", "node2"] and report.unmeasured == []
+
+
+def test_a_group_that_fails_beside_one_that_measured_is_searched() -> None:
+    """Halves: one fails with no node blamed while the other measures; the same test ran, so the failed
+    half is slow and halved again, down to the node whose jobs fail."""
+    fab = fabric(8, noise=0)
+    real = fab.__call__
+
+    def run(probes: Sequence[Probe]) -> list[Measurement]:
+        fab.fails = frozenset() if all(p.kind == "single" for p in probes) else frozenset({"node6"})
+        return real(probes)
+
+    report = bisect(nodes(8), run)
+    assert list(report.slow_nodes) == ["node6"] and report.unmeasured == []
+    why = report.slow_nodes["node6"]
+    assert why.startswith("fabric: job ") and why.endswith(" failed: exit code 1")
 
 
 def test_two_nodes_cannot_be_told_apart_and_say_so() -> None:

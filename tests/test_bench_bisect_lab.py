@@ -96,3 +96,24 @@ def test_eight_nodes_verify_passes_healthy_then_bisect_and_verify_name_the_throt
     assert "node6: fabric: " in again.stderr  # named, with its figure
     record = Path(cluster.state) / "clusters" / NAME / "current" / "verify.json"
     assert json.loads(record.read_text())["slow_nodes"][0]["node"] == "node6"
+
+
+def test_a_benchmark_that_cannot_run_names_no_node_and_drains_nothing(cluster: Cluster) -> None:
+    """The nodes' own python has no torch: every job fails the same way. bench and bisect say they could
+    not measure, with the job's own error line; no node is named, none drained, and both exit 1."""
+    python = "/usr/bin/python3"  # Debian's, without torch (the lab's hpckit runs from a virtualenv)
+    bench = hpckit(
+        "bench", "allreduce", "-N", "4", "--cluster", cluster.name, "--python", python, "-q",
+        state=cluster.state, timeout=600,
+    )  # fmt: skip
+    assert bench.rc == 1, bench.stdout + bench.stderr
+    assert "could not measure: benchmark job" in bench.stderr and "no node to blame" in bench.stderr
+    assert "ModuleNotFoundError: No module named 'torch'" in bench.stderr
+    done, report = bisect(cluster, "-N", "4", "--python", python, "--drain")
+    assert done.rc == 1 and report["slow_nodes"] == [] and not report["complete"], done.stdout + done.stderr
+    accounts = report["could_not_measure"]
+    assert len(accounts) == 4 and all("ModuleNotFoundError: No module named 'torch'" in a for a in accounts)
+    assert [r["kind"] for r in report["rounds"]] == ["single"]  # nothing measured: no halves
+    assert report["drain"]["applied"] == [] and report["drain"]["held"] == []
+    states = cluster.on("login", "sinfo", "-h", "-N", "-o", "%N %T").stdout.split("\n")
+    assert not [s for s in states if "drain" in s], states

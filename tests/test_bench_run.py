@@ -141,7 +141,8 @@ def test_a_run_nccl_tests_calls_failed_is_failed_with_its_words(tmp_path: Path) 
     lines = _failed_bench(
         tmp_path, "issue-nccl-tests-322-rows-then-test-nccl-failure-excerpt.txt", "allreduce", "COMPLETED", 0
     )
-    assert lines[0].startswith("benchmark job 9 failed")
+    # every host of the log printed it, and none is a node of this job: the run failed, not a node
+    assert lines[0].startswith("could not measure: benchmark job 9 ended COMPLETED (exit code 0) on gpu01,gpu02")
     assert "Test NCCL failure common.cu:1204 'unhandled cuda error" in lines[1]
 
 
@@ -150,6 +151,31 @@ def test_a_failure_inside_a_row_is_the_job_failure_s_first_words(tmp_path: Path)
     "Test failure" trace lines after it."""
     lines = _failed_bench(tmp_path, "issue-nccl-tests-355-test-cuda-failure-mid-row.txt", "alltoall", "FAILED", 1)
     assert lines[1] == "27: node0: Test CUDA failure common.cu:389 'an illegal memory access was encountered'"
+
+
+def test_a_job_that_cannot_run_anywhere_names_no_node(lab_facts: ClusterFacts, tmp_path: Path) -> None:
+    """Every rank dies at `import torch`; srun kills some before they say so. Exit codes blame nobody: the
+    run could not measure, and says why in the program's own words."""
+    trace = 'Traceback (most recent call last):\n  File "/shared/torch_sweep.py", line 33, in <module>\n'
+    output = (
+        "hpckit: job 7 (bench-allreduce) on node[1-4], 4 node(s)\n"
+        + (trace + "ModuleNotFoundError: No module named 'torch'\n") * 2
+        + "srun: error: node2: task 1: Exited with exit code 1\n"
+        "srun: launch/slurm: _step_signal: Terminating StepId=7.0\n"
+        "srun: error: node1: task 0: Killed\nsrun: error: node4: task 3: Exited with exit code 1\n"
+        "srun: error: node3: task 2: Killed\n"
+    )
+    record = JobRecord("7", "FAILED", 1, 0, LAB_NODES, "sacct", batch_host="node1")
+    req = BenchRequest(get("allreduce"), 4, bench_dir=str(tmp_path), history=False)
+    with pytest.raises(BenchJobFailed) as caught:
+        run_bench(req, context(FakeCluster(output, record), lab_facts, tmp_path))
+    assert caught.value.nodes == () and caught.value.exit_code == 1
+    lines = str(caught.value).splitlines()
+    assert lines[0] == (
+        "could not measure: benchmark job 7 ended FAILED (exit code 1) on node1,node2,node3,node4, no node to blame"
+    )
+    assert lines[1] == "ModuleNotFoundError: No module named 'torch'"
+    assert lines[2] == "srun: error: node2: task 1: Exited with exit code 1"
 
 
 def test_a_lost_node_is_named(lab_facts: ClusterFacts, tmp_path: Path) -> None:

@@ -59,8 +59,9 @@ class Measurement:
     busbw: float | None  # None: the job failed
     job_id: str = ""
     expected_low: float | None = None  # the hardware table's (or --expect's) lowest acceptable busbw
-    error: str = ""
+    error: str = ""  # the failed job's whole account: its headline, its causes, its last lines
     history_median: float | None = None  # earlier runs of the same shape on this cluster
+    blamed: tuple[str, ...] = ()  # the nodes the failed job's own evidence names (Slurm lost them ...)
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class Judged:
     measurement: Measurement
     slow: bool
     why: str
+    unmeasured: bool = False  # the job failed and nothing ties that to its nodes: neither slow nor fast
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,7 @@ class Report:
     slow_rails: dict[str, list[str]] = field(default_factory=dict)  # node -> its slow HCAs
     notes: list[str] = field(default_factory=list)
     complete: bool = True
+    unmeasured: list[str] = field(default_factory=list)  # "nodes: the failed job's account", per probe
 
     @property
     def jobs(self) -> int:
@@ -124,6 +127,7 @@ class Report:
             "seconds": round(self.seconds, 1),
             "notes": list(self.notes),
             "complete": self.complete,
+            "could_not_measure": list(self.unmeasured),
         }
 
 
@@ -164,7 +168,7 @@ class Search:
     ) -> list[Judged]:
         """Run one round of probes at once, judge it, and keep it as evidence."""
         start = self.clock()
-        judged = judge(self.runner(probes))
+        judged = self._settle(judge(self.runner(probes)))
         self.report.rounds.append(Round(len(self.report.rounds) + 1, kind, tuple(judged), self.clock() - start))
         return judged
 
@@ -185,7 +189,7 @@ class Search:
             probe = j.measurement.probe
             if j.slow:
                 self.report.slow_nodes[probe.nodes[0]] = f"in-node: {j.why}"
-            else:
+            elif not j.unmeasured:
                 passed[probe.partition].append(probe.nodes[0])
         return passed
 
@@ -204,7 +208,7 @@ class Search:
         self._add_nodes(nodes)
         probe = Probe("all", tuple(nodes), tuple(nodes), None, partition)
         judged = self._round("all", [probe], lambda ms: [self._judge(m, None, "") for m in ms])[0]
-        if not judged.slow:
+        if not judged.slow and not judged.unmeasured:
             self.fast.update(nodes)
         return judged
 
@@ -247,6 +251,8 @@ class Search:
         """Two nodes: one job, and no third node to tell which of them is slow."""
         judged = self._round("pairs", [Probe("group", nodes, nodes, None, partition)], self._judge_fabric)[0]
         m = judged.measurement
+        if judged.unmeasured:
+            return
         if judged.slow:
             self.report.notes.append(f"{' and '.join(nodes)} are slow together; a third node would tell which")
             self.report.complete = False
@@ -271,13 +277,13 @@ class Search:
 
         for pair in ((a, b), (b, c), (a, c)):
             self._round("pairs", [Probe("pair", pair, pair, None, partition)], later)
-        judged = self._judge_fabric(measured)
+        judged = self._settle(self._judge_fabric(measured))
         self.report.rounds[-3:] = [
             replace(r, judged=(j,)) for r, j in zip(self.report.rounds[-3:], judged, strict=True)
         ]
         slow_pairs = [set(j.measurement.probe.nodes) for j in judged if j.slow]
         for j in judged:
-            if not j.slow:
+            if not j.slow and not j.unmeasured:
                 self.fast.update(j.measurement.probe.nodes)
         for node in nodes:
             if sum(node in pair for pair in slow_pairs) == 2:
@@ -317,6 +323,8 @@ class Search:
         pending: list[tuple[str, ...]] = []
         for j in judged:
             probe = j.measurement.probe
+            if j.unmeasured:
+                continue
             if not j.slow:
                 self.fast.update(probe.nodes)
             elif len(probe.suspects) == 1:
@@ -346,6 +354,9 @@ class Search:
             self._name_rails(node, judged)
 
     def _name_rails(self, node: str, judged: Sequence[Judged]) -> None:
+        judged = [j for j in judged if not j.unmeasured]
+        if not judged:
+            return
         found = [j.measurement.busbw for j in judged if j.measurement.busbw is not None]
         fast = self._fast_median(found)
         slow = [j for j in judged if j.slow or self._judge(j.measurement, fast, "its fast rails").slow]
@@ -360,9 +371,27 @@ class Search:
 
     # ------------------------------------------------------------ judging
 
+    def _settle(self, judged: list[Judged]) -> list[Judged]:
+        """A failed job names its nodes only when its own evidence blames them, or when another probe of
+        the round on the same partition measured (the same test ran there); otherwise the round could not
+        measure that probe, and it names nobody: a benchmark that cannot run is not a slow node."""
+        ran = {j.measurement.probe.partition for j in judged if j.measurement.busbw is not None}
+        out = []
+        for j in judged:
+            m = j.measurement
+            if m.busbw is not None:
+                out.append(j)
+            elif m.blamed or m.probe.partition in ran:
+                out.append(Judged(m, True, f"job {m.job_id} failed: {cause(m.error)}"))
+            else:
+                out.append(Judged(m, False, f"could not measure: {cause(m.error)}", unmeasured=True))
+                self.report.unmeasured.append(f"{m.probe.describe()}: {m.error}")
+                self.report.complete = False
+        return out
+
     def _judge(self, m: Measurement, reference: float | None, what: str) -> Judged:
-        if m.busbw is None:
-            return Judged(m, True, f"job {m.job_id} failed: {m.error}")
+        if m.busbw is None:  # _settle decides what a failed job means
+            return Judged(m, False, m.error, unmeasured=True)
         shown = f"{gbps(m.busbw)} GB/s on {m.probe.describe()}"
         if m.expected_low is not None:
             if m.busbw < m.expected_low:
@@ -378,6 +407,15 @@ class Search:
 
     def _add_nodes(self, nodes: Sequence[str]) -> None:
         self.report.nodes = tuple(dict.fromkeys([*self.report.nodes, *nodes]))
+
+
+def cause(error: str) -> str:
+    """A failed job's account in one line: its headline and its first cause (the program's own error)."""
+    lines = [ln for ln in error.splitlines() if ln.strip()] or ["no reason given"]
+    head = lines[0].removeprefix("could not measure: ")
+    if len(lines) > 1 and not lines[1].startswith("last lines of "):
+        return f"{head}: {lines[1].strip()}"
+    return head
 
 
 def bisect(

@@ -34,6 +34,14 @@ _ROW = re.compile(r"^\s*(\d+)\s+\d+\s+\S+\s+\S+\s+-?\d+\s+(\S+)\s+(\S+)\s+(\S+)"
 _TASK = re.compile(r"^srun: error: (?P<node>[^\s:]+): tasks? [\d,\-]+: (?P<how>.+?)\s*$", re.M)
 _NODE_FAIL = re.compile(r"^srun: error: Node failure on (?P<node>[^\s:]+)", re.M)
 _LAUNCH = re.compile(r"failed on node (?P<node>[^\s:]+)", re.M)
+# what a program prints when it cannot run: a Python exception's last line ("ModuleNotFoundError: No
+# module named 'torch'", with or without srun's "N: " label), the shell's missing program or file
+_PROGRAM_ERROR = re.compile(
+    r"^(?:\d+: )?(?:[A-Za-z_][\w.]*(?:Error|Exception): .+|.*: (?:command not found|No such file or directory))$",
+    re.M,
+)
+# nccl-tests' failure lines start with the host's name (after srun's label, if any)
+_FAILURE_HOST = re.compile(r"(?:^|: )(?P<host>[\w.-]+)(?: pid \d+)?: Test (?:NCCL|CUDA) failure")
 # what srun --kill-on-bad-exit does to the other tasks once one has failed
 _COLLATERAL = re.compile(r"^(Killed|Exited with exit code \d+)$")
 
@@ -76,11 +84,12 @@ def lost(states: Sequence[NodeState], nodes: Sequence[str]) -> tuple[str, ...]:
 
 
 def culprits(output: str, lost_nodes: Sequence[str], record: JobRecord) -> tuple[str, ...]:
-    """The node(s) to name for a failed job, most certain first.
+    """The node(s) a failed job's own evidence blames, most certain first; () when it blames none.
 
-    Nodes Slurm itself gave up on; else nodes srun reports lost; else the node whose task srun saw
-    fail first, preferring a real cause over the kills srun then sends to every other task; else the
-    batch host.
+    Nodes Slurm itself gave up on; else nodes srun reports lost or could not launch on; else the node
+    whose task srun saw end by a signal of its own (not the kills srun then sends to every other task).
+    A task that merely exited non-zero blames nobody: a missing module or a wrong path fails every node
+    alike, and --kill-on-bad-exit stops the others before they can say so; the job could not measure.
     """
     if lost_nodes:
         return tuple(dict.fromkeys(lost_nodes))
@@ -89,18 +98,26 @@ def culprits(output: str, lost_nodes: Sequence[str], record: JobRecord) -> tuple
     ]
     if failed:
         return tuple(dict.fromkeys(failed))
-    tasks = [(m.group("node"), m.group("how")) for m in _TASK.finditer(output)]
-    causes = [node for node, how in tasks if not _COLLATERAL.match(how)]
-    if causes:
-        return (causes[0],)
-    if tasks:
-        return (tasks[0][0],)
-    return (record.batch_host,) if record.batch_host else record.nodes[:1]
+    causes = [m.group("node") for m in _TASK.finditer(output) if not _COLLATERAL.match(m.group("how"))]
+    return (causes[0],) if causes else ()
+
+
+def failure_hosts(failures: Sequence[str], nodes: Sequence[str]) -> tuple[str, ...]:
+    """The job's nodes that nccl-tests' "HOST: Test NCCL/CUDA failure" lines name, when only some of them
+    do: the same failure on every node is the run's, not a node's."""
+    named = tuple(dict.fromkeys(m.group("host") for line in failures for m in _FAILURE_HOST.finditer(line)))
+    ours = tuple(h for h in named if h in nodes)
+    return ours if ours and len(set(ours)) < len(set(nodes)) else ()
 
 
 def srun_errors(output: str) -> list[str]:
     """srun's error lines, as printed."""
     return [m.group(0) for m in (*_NODE_FAIL.finditer(output), *_TASK.finditer(output))]
+
+
+def program_errors(output: str, limit: int = 3) -> list[str]:
+    """The program's own error lines (a Python exception's last line, the shell's "not found"), each once."""
+    return list(dict.fromkeys(m.group(0).strip() for m in _PROGRAM_ERROR.finditer(output)))[:limit]
 
 
 @dataclass

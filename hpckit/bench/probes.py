@@ -69,7 +69,7 @@ class JobRunner:
         try:
             result = finish_bench(req, self._ctx(probe), job)
         except BenchJobFailed as exc:
-            return Measurement(probe, None, exc.job_id, error=str(exc).splitlines()[0])
+            return Measurement(probe, None, exc.job_id, error=str(exc), blamed=exc.nodes)
         self.results.append(result)
         applies = result.verdict.status in ("ok", "below", "above")
         low = result.expectation.low if applies else None

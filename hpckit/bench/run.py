@@ -25,7 +25,7 @@ from hpckit.bench.backend import (
 from hpckit.bench.cluster import DEFAULT_SHARED, ClusterFacts
 from hpckit.bench.expect import Expectation, Fabric, Verdict, expected_busbw, judge, judge_history, nvls_in_force
 from hpckit.bench.files import ClusterFileError, ClusterFiles
-from hpckit.bench.follow import Follower, Progress, culprits, srun_errors
+from hpckit.bench.follow import Follower, Progress, culprits, failure_hosts, program_errors, srun_errors
 from hpckit.bench.history import KEY_COLUMNS, HistoryError, HistoryStore, past_peaks
 from hpckit.bench.registry import Benchmark
 from hpckit.errors import HpckitError, InputError
@@ -266,13 +266,13 @@ def judge_output(
     wrong = _wrong(parsed)
     failures = _failure_lines(parsed)
     if (not record.ok and not wrong) or failures:
-        nodes = culprits(output, lost_nodes, record)
+        nodes = culprits(output, lost_nodes, record) or failure_hosts(failures, record.nodes)
         text = _failure(record, nodes, lost_nodes, output, output_path)
         if failures:  # nccl-tests' own words first: "Test NCCL failure common.cu:1279 'unhandled system error'"
             text = "\n".join([text.splitlines()[0], *failures[:4], *text.splitlines()[1:]])
         raise BenchJobFailed(text, nodes, job_id)
     if parsed is None or parsed.frame.empty or parsed.frame["busbw_gbps"].notna().sum() == 0:
-        raise BenchJobFailed(f"job {job_id} printed no results; see {output_path}", record.nodes[:1], job_id)
+        raise BenchJobFailed(f"could not measure: job {job_id} printed no results; see {output_path}", (), job_id)
     return _analyse(req, ctx, p, job_id, parsed, output, output_path, wrong)
 
 
@@ -298,16 +298,20 @@ def _wrong(parsed: ParseResult | None) -> int:
 
 
 def _failure(record: JobRecord, nodes: tuple[str, ...], lost_nodes: tuple[str, ...], output: str, path: str) -> str:
-    where = ", ".join(nodes) or "an unknown node"
+    """What the failed job says: blamed nodes, or (none blamed) that it could not measure; then its causes."""
     how = f"exit code {record.exit_code}" + (f", signal {record.signal}" if record.signal else "")
-    text = f"benchmark job {record.job_id} failed on {where} ({record.state}, {how})"
+    if nodes:
+        text = f"benchmark job {record.job_id} failed on {', '.join(nodes)} ({record.state}, {how})"
+    else:  # nothing ties the failure to one node: a run that could not start is not a slow node
+        ran = f" on {','.join(record.nodes)}" if record.nodes else ""
+        text = f"could not measure: benchmark job {record.job_id} ended {record.state} ({how}){ran}, no node to blame"
     if record.reason and record.reason != "None":
         text += f": {record.reason}"
     if lost_nodes:
         text += f"\nSlurm marked {', '.join(lost_nodes)} down or not responding while the job ran"
-    errors = srun_errors(output)
+    errors = program_errors(output) + srun_errors(output)[:8]
     if errors:
-        text += "\n" + "\n".join(errors[:8])
+        text += "\n" + "\n".join(errors)
     tail = "\n".join(output.splitlines()[-TAIL_LINES:])
     return text + (f"\nlast lines of {path}:\n{tail}" if tail.strip() else f"\n{path} is empty or unreadable")
 

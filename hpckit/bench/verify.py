@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from hpckit.bench.bisect import DEFAULT_RATIO, Judged, Measurement, OutOfTime, Report, Search
+from hpckit.bench.bisect import DEFAULT_RATIO, Judged, Measurement, OutOfTime, Report, Search, cause
 from hpckit.bench.cluster import ClusterFacts, facts_from_blueprint
 from hpckit.bench.expect import gbps
 from hpckit.bench.follow import Progress
@@ -110,6 +110,9 @@ def verify_cluster(
         result.failures.append(f"verification did not finish in its {options.timeout:.0f} s: {exc}")
     for node, why in search.report.slow_nodes.items():
         result.failures.append(f"{node}: {why}")
+    for account in search.report.unmeasured:  # a test that could not run names no node, and passes nothing
+        probe, _, error = account.partition(": ")
+        result.failures.append(f"could not measure on {probe}: {cause(error)}")
     if result.failures and result.status == "passed":
         result.status = "failed"
     result.seconds = time.monotonic() - start
@@ -131,6 +134,8 @@ def _partition(search: Search, result: VerifyReport, name: str, nodes: list[str]
         return
     together = search.together(nodes, name)
     result.partitions[name] = together
+    if together.unmeasured:
+        return
     m = together.measurement
     judged_by_something = m.expected_low is not None or m.history_median is not None
     if not together.slow and judged_by_something and not _suspect(m):

@@ -381,14 +381,19 @@ def print_report(report: Report) -> None:
         )
         for j in r.judged:
             m = j.measurement
-            mark = "SLOW" if j.slow else "ok  "
+            mark = "SLOW" if j.slow else "n/a " if j.unmeasured else "ok  "
             click.echo(f"  {mark} job {m.job_id or '-':>8}  {m.probe.describe():<30} {gbps(m.busbw):>8} GB/s  {j.why}")
     for note in report.notes:
         click.echo(f"note: {note}")
+    for account in report.unmeasured:  # the failed job's own words: its state, exit code, causes, last lines
+        click.echo(f"could not measure {account}")
     pairs = f"an all-pairs test would run {_pairs(report)} jobs"
     click.echo(f"{report.jobs} jobs in {len(report.rounds)} rounds, {report.seconds:.0f} s ({pairs})")
     if not report.slow_nodes:
-        click.echo("slow nodes: none" + ("" if report.complete else " found, but the search did not finish"))
+        unfinished = (
+            " named: the benchmark could not measure" if report.unmeasured else " found, but the search did not finish"
+        )
+        click.echo("slow nodes: none" + ("" if report.complete else unfinished))
     for node, why in report.slow_nodes.items():
         click.echo(f"SLOW {node}: {why}")
 
