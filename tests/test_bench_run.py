@@ -6,8 +6,9 @@ filesystem is a folder here (ClusterFiles over a LocalTransport), so the history
 
 from __future__ import annotations
 
+import contextlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -151,6 +152,25 @@ def test_a_failure_inside_a_row_is_the_job_failure_s_first_words(tmp_path: Path)
     "Test failure" trace lines after it."""
     lines = _failed_bench(tmp_path, "issue-nccl-tests-355-test-cuda-failure-mid-row.txt", "alltoall", "FAILED", 1)
     assert lines[1] == "27: node0: Test CUDA failure common.cu:389 'an illegal memory access was encountered'"
+
+
+@pytest.mark.parametrize(("cpus", "overcommit"), [(1, True), (2, False), (None, False)])
+def test_a_single_node_cpu_test_overcommits_only_a_1_cpu_node(
+    lab_facts: ClusterFacts, tmp_path: Path, cpus: int | None, overcommit: bool
+) -> None:
+    """Two ranks on a node with one CPU (a small VM): Slurm refuses the job ("CPU count per node can not be
+    satisfied") unless it may overcommit; a node with the CPUs, or unknown ones, asks for nothing more."""
+    output = (DATA / "lab-torch-allreduce-4node-gloo.out").read_text()
+    record = JobRecord("2", "COMPLETED", 0, 0, LAB_NODES[:1], "sacct", batch_host="node1")
+    facts = replace(lab_facts, cpus_per_node=cpus)
+    req = BenchRequest(get("allreduce"), 1, bench_dir=str(tmp_path), history=False, tasks_per_node=2)
+    fake = FakeCluster(output, record)
+    with contextlib.suppress(BenchJobFailed):  # the 4-node output read as a 1-node job: only the script matters
+        run_bench(req, context(fake, facts, tmp_path))
+    script = fake.scripts[0]
+    assert "#SBATCH --ntasks-per-node=2" in script
+    assert ("#SBATCH --overcommit" in script) is overcommit
+    assert ("#SBATCH --cpus-per-task" in script) is (cpus == 2)
 
 
 def test_a_job_that_cannot_run_anywhere_names_no_node(lab_facts: ClusterFacts, tmp_path: Path) -> None:

@@ -93,6 +93,7 @@ class JobPlace:
     partition: str | None
     log_dir: str
     cpus_per_task: int = 0
+    overcommit: bool = False  # more ranks than the node has CPUs (a 1-CPU node's two-rank test)
     time: str = "00:15:00"
     python: str = "python3"
     program: str = ""  # torch_sweep.py as staged on the cluster
@@ -111,6 +112,7 @@ def template_values(backend: Backend, sweep: Sweep, place: JobPlace) -> tuple[st
         "log_dir": place.log_dir,
         "partition": place.partition or "",
         "cpus_per_task": place.cpus_per_task,
+        "overcommit": place.overcommit,
         "min_bytes": sweep.min_bytes,
         "max_bytes": sweep.max_bytes,
         "step_factor": sweep.factor,

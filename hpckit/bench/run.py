@@ -194,6 +194,8 @@ def plan(req: BenchRequest, ctx: Context) -> Plan:
         partition=req.partition or facts.partition,
         log_dir=f"{bench_dir}/logs",
         cpus_per_task=(facts.cpus_per_node // ranks) if facts.cpus_per_node else 0,
+        # a CPU node's single-node test needs two ranks, which a 1-CPU node (a small VM) can only overcommit
+        overcommit=bool(facts.cpus_per_node and ranks > facts.cpus_per_node),
         time=req.time_limit,
         python=req.python or (sys.executable if facts.lab else "python3"),
         nccl_tests_dir=bin_dir,
