@@ -10,6 +10,7 @@ import ipaddress
 from collections.abc import Iterator
 from typing import Any
 
+from hpckit.blueprint.accounts import accounts_problems
 from hpckit.blueprint.blocks import topology_problems
 from hpckit.blueprint.errors import Path_, Problem
 from hpckit.blueprint.install import install_problems
@@ -61,7 +62,17 @@ class _Checker:
         self._auth()
         for path, message in install_problems(self.data, self.declared_hosts(compute)):
             self.add(path, message)
+        for path, message in accounts_problems(self.data, self._gres()):
+            self.add(path, message)
         return self.problems
+
+    def _gres(self) -> frozenset[str]:
+        """The GRES the cluster declares: gpu, when any partition's hardware has GPUs."""
+        for _, part in _items(self.data, "partitions"):
+            hardware = part.get("hardware")
+            if isinstance(hardware, dict) and hardware.get("gpus"):
+                return frozenset({"gpu"})
+        return frozenset()
 
     def _partitions(self) -> dict[str, Path_]:
         """Each node declared (by a partition with `hardware:`) exactly once; every partition without

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Mapping
 from functools import cached_property
 from typing import Annotated, Literal
 
@@ -26,6 +27,14 @@ from pydantic import (
 from hpckit.cron import parse_cron
 from hpckit.errors import InputError
 from hpckit.hardware import hardware_table
+from hpckit.slurm_accounts import (
+    ASSOC_LIMITS,
+    PREEMPT_MODES,
+    QOS_FLAGS,
+    QOS_LIMITS,
+    Setting,
+    setting_problem,
+)
 from hpckit.slurm_releases import ReleaseError, Version, build_features, default_series, release, version_text
 
 NAME_RE = r"^[A-Za-z][A-Za-z0-9_-]{0,62}$"
@@ -555,6 +564,108 @@ class HealthSettings(Strict):
         return value
 
 
+# --- accounts, users and QOS (sacctmgr) -----------------------------------------------------------------
+
+# Slurm's database keeps these names in lower case: a blueprint that says "Vision" would never match.
+DbName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,62}$", description="lower case: a-z, 0-9, '-', '_'")]
+UserName = Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_.-]{0,31}$", description="a Unix login name")]
+Limits = dict[str, int | str]
+
+
+def _limits(value: Limits, table: Mapping[str, Setting], what: str) -> Limits:
+    for key, raw in value.items():
+        setting = table.get(key)
+        if setting is None:
+            raise ValueError(f"{key!r} is not {what} limit hpckit sets; known: {', '.join(table)}")
+        problem = setting_problem(setting.kind, raw)
+        if problem:
+            raise ValueError(f"{key}: {problem}")
+    return value
+
+
+class Qos(Strict):
+    description: str | None = None
+    priority: int | None = Field(None, ge=0, description="added to a job's priority (multifactor weight)")
+    preempt: list[DbName] = Field(default_factory=list, description="QOS whose jobs this one may preempt")
+    preempt_mode: str | None = Field(None, description="cancel, requeue, suspend, off ... (PreemptMode)")
+    flags: list[str] = Field(default_factory=list, description="DenyOnLimit, NoDecay, OverPartQOS ...")
+    usage_factor: float | None = Field(None, ge=0)
+    limits: Limits = Field(default_factory=dict, description="GrpTRES, MaxTRESPerUser, MaxJobsPerUser, MaxWall ...")
+
+    @field_validator("limits")
+    @classmethod
+    def _known(cls, value: Limits) -> Limits:
+        return _limits(value, QOS_LIMITS, "a QOS")
+
+    @field_validator("flags")
+    @classmethod
+    def _flags(cls, value: list[str]) -> list[str]:
+        for flag in value:
+            if flag not in QOS_FLAGS:
+                raise ValueError(f"{flag!r} is not a QOS flag; known: {', '.join(sorted(QOS_FLAGS))}")
+        return value
+
+    @field_validator("preempt_mode")
+    @classmethod
+    def _mode(cls, value: str | None) -> str | None:
+        if value is not None and not set(value.lower().split(",")) <= PREEMPT_MODES:
+            raise ValueError(f"{value!r} is not a PreemptMode; known: {', '.join(sorted(PREEMPT_MODES))}")
+        return value
+
+
+class Account(Strict):
+    parent: DbName | None = Field(None, description="the parent account (default: root)")
+    description: str | None = None
+    organization: str | None = None
+    fairshare: int | Literal["parent"] | None = Field(None, description="shares, or 'parent'")
+    default_qos: DbName | None = None
+    qos: list[DbName] = Field(default_factory=list, description="QOS its jobs may use")
+    limits: Limits = Field(default_factory=dict, description="GrpTRES, MaxJobs, MaxWall ...")
+
+    @field_validator("limits")
+    @classmethod
+    def _known(cls, value: Limits) -> Limits:
+        return _limits(value, ASSOC_LIMITS, "an association")
+
+    @field_validator("fairshare")
+    @classmethod
+    def _shares(cls, value: int | str | None) -> int | str | None:
+        if isinstance(value, int) and value < 0:
+            raise ValueError("fairshare is a number of shares (>= 0) or 'parent'")
+        return value
+
+
+class AccountUser(Strict):
+    default_account: DbName
+    accounts: list[DbName] = Field(default_factory=list, description="every account (default: the default one)")
+    admin: Literal["none", "operator", "administrator"] = "none"
+    fairshare: int | Literal["parent"] | None = None
+    default_qos: DbName | None = None
+    qos: list[DbName] = Field(default_factory=list)
+    limits: Limits = Field(default_factory=dict, description="per association: MaxJobs, MaxSubmitJobs ...")
+
+    @field_validator("limits")
+    @classmethod
+    def _known(cls, value: Limits) -> Limits:
+        return _limits(value, ASSOC_LIMITS, "an association")
+
+    @property
+    def all_accounts(self) -> list[str]:
+        return self.accounts or [self.default_account]
+
+
+class AccountingSpec(Strict):
+    """Accounts, users and QOS as code: `hpckit deploy` makes sacctmgr's state match them."""
+
+    owns_tree: bool = Field(
+        False,
+        description="remove live accounts, users and QOS the blueprint does not declare (else only report them)",
+    )
+    qos: dict[DbName, Qos] = Field(default_factory=dict)
+    accounts: dict[DbName, Account] = Field(default_factory=dict)
+    users: dict[UserName, AccountUser] = Field(default_factory=dict)
+
+
 # --- the blueprint ---------------------------------------------------------------------------------------
 
 
@@ -574,6 +685,7 @@ class Blueprint(Strict):
     filesystems: list[Filesystem] = Field(default_factory=list)
     containers: Containers = Containers()
     health: HealthSettings = HealthSettings()
+    accounting: AccountingSpec | None = Field(None, description="accounts, users and QOS (needs slurm.accounting)")
 
     @property
     def cluster_name(self) -> str:

@@ -1,0 +1,234 @@
+"""The blueprint's accounts, users and QOS against Slurm's live ones: the sacctmgr changes that make them
+match, in the order Slurm accepts them (pure: live state in, commands out).
+
+Order: QOS first (accounts and users name them), accounts parents first, users; then what goes away:
+users' associations, accounts children first, QOS last (nothing names them any more). Every setting hpckit
+manages is owned for what the blueprint declares: a limit the blueprint leaves out is cleared (-1).
+Objects that live but are not declared are deleted only when the blueprint owns the whole tree
+(`accounting.owns_tree`); otherwise they are reported and left alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from hpckit.blueprint.models import Account, AccountingSpec, AccountUser, Qos
+from hpckit.slurm_accounts import ASSOC_FIELDS, ASSOC_LIMITS, QOS_FIELDS, QOS_LIMITS, Live, Setting, normal
+
+Action = Literal["add", "modify", "delete"]
+Kind = Literal["qos", "account", "user"]
+SACCTMGR = ("sacctmgr", "--immediate")
+
+
+@dataclass(frozen=True)
+class Change:
+    action: Action
+    kind: Kind
+    name: str
+    account: str = ""  # a user's association: the account it is in
+    settings: tuple[tuple[str, str, str], ...] = ()  # (key, live value, wanted value), as compared
+    argv: tuple[str, ...] = ()
+    tightens: bool = False  # a deletion or a stricter limit: running and pending jobs may be affected
+
+    def describe(self) -> str:
+        what = f"{self.kind} {self.name}" + (f" in account {self.account}" if self.account else "")
+        shown = ", ".join(f"{k}: {old or '-'} -> {new or '-'}" for k, old, new in self.settings)
+        return f"{self.action} {what}" + (f" ({shown})" if shown else "")
+
+
+@dataclass(frozen=True)
+class Diff:
+    changes: tuple[Change, ...]
+    unmanaged: tuple[str, ...]  # live objects the blueprint does not declare, left alone
+
+    @property
+    def empty(self) -> bool:
+        return not self.changes
+
+
+def wanted_qos(q: Qos) -> dict[str, str]:
+    values: dict[str, object] = {
+        "Priority": q.priority or 0,
+        "Preempt": q.preempt,
+        "PreemptMode": q.preempt_mode or "cluster",
+        "Flags": q.flags,
+        "UsageFactor": f"{q.usage_factor if q.usage_factor is not None else 1:.6f}",
+    }
+    return _settings({**QOS_FIELDS, **QOS_LIMITS}, {**values, **q.limits})
+
+
+def wanted_assoc(item: Account | AccountUser) -> dict[str, str]:
+    values: dict[str, object] = {
+        "Fairshare": item.fairshare if item.fairshare is not None else 1,
+        "DefaultQOS": item.default_qos or "",
+        "QOS": item.qos,
+    }
+    return _settings({**ASSOC_FIELDS, **ASSOC_LIMITS}, {**values, **item.limits})
+
+
+def _settings(table: Mapping[str, Setting], values: Mapping[str, object]) -> dict[str, str]:
+    return {key: normal(setting.kind, values.get(key)) for key, setting in table.items()}
+
+
+def diff(spec: AccountingSpec, live: Live, cluster: str) -> Diff:
+    """What to run, in order, so that the live accounts, users and QOS are the blueprint's."""
+    adds = _qos_changes(spec, live) + _account_changes(spec, live, cluster) + _user_changes(spec, live, cluster)
+    gone, unmanaged = _deletions(spec, live, cluster)
+    return Diff(tuple(adds + (gone if spec.owns_tree else [])), tuple(unmanaged))
+
+
+def _qos_changes(spec: AccountingSpec, live: Live) -> list[Change]:
+    out = []
+    for name, q in spec.qos.items():
+        want = wanted_qos(q)
+        have = live.qos.get(name)
+        if have is None:
+            argv = (*SACCTMGR, "add", "qos", name, *_assign(want, {**QOS_FIELDS, **QOS_LIMITS}))
+            out.append(Change("add", "qos", name, settings=_delta({}, want), argv=argv))
+            continue
+        delta = _delta(have.settings, want)
+        if delta:
+            argv = (*SACCTMGR, "modify", "qos", "where", f"name={name}", "set", *_assign(dict(_new(delta)), None))
+            out.append(Change("modify", "qos", name, settings=delta, argv=argv, tightens=_tighter(delta)))
+    return out
+
+
+def _account_changes(spec: AccountingSpec, live: Live, cluster: str) -> list[Change]:
+    out = []
+    for name in parents_first(spec.accounts):
+        a = spec.accounts[name]
+        want = wanted_assoc(a)
+        parent = a.parent or "root"
+        have = live.accounts.get(name)
+        where = ("where", f"name={name}", f"cluster={cluster}")
+        if have is None:
+            extra = [f"Parent={parent}", f"Cluster={cluster}", f"Organization={a.organization or name}"]
+            extra += [f"Description={a.description or name}"]
+            argv = (*SACCTMGR, "add", "account", name, *extra, *_assign(want, {**ASSOC_FIELDS, **ASSOC_LIMITS}))
+            out.append(Change("add", "account", name, settings=_delta({}, want), argv=argv))
+            continue
+        delta = _delta(have.settings, want)
+        if have.parent != parent:
+            delta = (("Parent", have.parent, parent), *delta)
+        if delta:
+            sets = _assign(dict(_new(delta)), None)
+            argv = (*SACCTMGR, "modify", "account", *where, "set", *sets)
+            out.append(Change("modify", "account", name, settings=delta, argv=argv, tightens=_tighter(delta)))
+    return out
+
+
+def _user_changes(spec: AccountingSpec, live: Live, cluster: str) -> list[Change]:
+    out = []
+    for name, u in spec.users.items():
+        want = wanted_assoc(u)
+        # the default account first: a new user is made with it, and its other associations follow
+        for account in dict.fromkeys([u.default_account, *u.all_accounts]):
+            have = live.users.get((name, account))
+            if have is None:
+                sets = [f"Account={account}", f"Cluster={cluster}"]
+                if name not in live.default_accounts and account == u.default_account:  # a new user
+                    sets += [f"DefaultAccount={u.default_account}", f"AdminLevel={u.admin}"]
+                argv = (*SACCTMGR, "add", "user", name, *sets, *_assign(want, {**ASSOC_FIELDS, **ASSOC_LIMITS}))
+                out.append(Change("add", "user", name, account, _delta({}, want), argv))
+                continue
+            delta = _delta(have.settings, want)
+            if delta:
+                where = ("where", f"name={name}", f"account={account}", f"cluster={cluster}")
+                argv = (*SACCTMGR, "modify", "user", *where, "set", *_assign(dict(_new(delta)), None))
+                out.append(Change("modify", "user", name, account, delta, argv, _tighter(delta)))
+        out += _user_record(name, u, live)
+    return out
+
+
+def _user_record(name: str, u: AccountUser, live: Live) -> list[Change]:
+    """The user's own record (not an association): its default account and admin level."""
+    delta = []
+    if name in live.default_accounts and live.default_accounts[name] != u.default_account:
+        delta.append(("DefaultAccount", live.default_accounts[name], u.default_account))
+    if name in live.admin_levels and live.admin_levels[name] != u.admin:
+        delta.append(("AdminLevel", live.admin_levels[name], u.admin))
+    if not delta:
+        return []
+    argv = (*SACCTMGR, "modify", "user", "where", f"name={name}", "set", *(f"{k}={v}" for k, _, v in delta))
+    return [Change("modify", "user", name, "", tuple(delta), argv)]
+
+
+def _deletions(spec: AccountingSpec, live: Live, cluster: str) -> tuple[list[Change], list[str]]:
+    """Live objects the blueprint does not declare: users' associations, accounts children first, QOS."""
+    out: list[Change] = []
+    for (user, account), _ in sorted(live.users.items()):
+        declared = spec.users.get(user)
+        if declared is None or account not in declared.all_accounts:
+            where = ("where", f"name={user}", f"account={account}", f"cluster={cluster}")
+            out.append(
+                Change("delete", "user", user, account, argv=(*SACCTMGR, "delete", "user", *where), tightens=True)
+            )
+    live_tree = {name: a.parent for name, a in live.accounts.items() if name != "root"}
+    for name in reversed(parents_first(live_tree)):
+        if name not in spec.accounts:
+            argv: tuple[str, ...] = (*SACCTMGR, "delete", "account", "where", f"name={name}", f"cluster={cluster}")
+            out.append(Change("delete", "account", name, argv=argv, tightens=True))
+    for name in sorted(live.qos):
+        if name not in spec.qos and name != "normal":  # Slurm's own default QOS stays
+            argv = (*SACCTMGR, "delete", "qos", "where", f"name={name}")
+            out.append(Change("delete", "qos", name, argv=argv, tightens=True))
+    return out, [c.describe().removeprefix("delete ") for c in out]
+
+
+def parents_first(tree: Mapping[str, object]) -> list[str]:
+    """Account names, each after its parent (names outside the mapping count as roots); the blueprint's
+    order among siblings. A loop (refused by validation) ends the walk instead of recursing forever."""
+    order: list[str] = []
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        if name in order or name in path:
+            return
+        item = tree[name]
+        parent = item if isinstance(item, str) else getattr(item, "parent", None)
+        if isinstance(parent, str) and parent in tree:
+            visit(parent, (*path, name))
+        if name not in order:
+            order.append(name)
+
+    for name in tree:
+        visit(name, ())
+    return order
+
+
+def _delta(have: Mapping[str, str], want: Mapping[str, str]) -> tuple[tuple[str, str, str], ...]:
+    return tuple((key, have.get(key, ""), value) for key, value in want.items() if have.get(key, "") != value)
+
+
+def _new(delta: Iterable[tuple[str, str, str]]) -> Iterable[tuple[str, str]]:
+    return ((key, new) for key, _, new in delta)
+
+
+def _assign(values: Mapping[str, str], table: Mapping[str, Setting] | None) -> list[str]:
+    """KEY=VALUE words for sacctmgr; on a modify, an emptied setting is cleared (-1, or '' for lists)."""
+    words = []
+    for key, value in values.items():
+        if table is not None and value == "":
+            continue  # an add leaves unset what the blueprint does not set
+        cleared = "" if key in ("QOS", "Preempt", "Flags", "DefaultQOS") else "-1"
+        words.append(f"{key}={value if value != '' else cleared}")
+    return words
+
+
+def _tighter(delta: Iterable[tuple[str, str, str]]) -> bool:
+    """Whether a change may hold or stop jobs: a limit set where there was none, or lowered."""
+    for key, old, new in delta:
+        if key not in {**QOS_LIMITS, **ASSOC_LIMITS} or new == "":
+            continue
+        if old == "" or _smaller(new, old):
+            return True
+    return False
+
+
+def _smaller(new: str, old: str) -> bool:
+    if new.isdigit() and old.isdigit():
+        return int(new) < int(old)
+    olds = dict(item.split("=", 1) for item in old.split(",") if "=" in item)
+    news = dict(item.split("=", 1) for item in new.split(",") if "=" in item)
+    return any(k not in olds or int(v) < int(olds[k]) for k, v in news.items() if v.isdigit())

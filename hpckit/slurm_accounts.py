@@ -1,0 +1,194 @@
+"""Slurm's accounts, users and QOS as sacctmgr sees them: the settings hpckit manages, how sacctmgr names
+them when it sets and when it shows them, their values in one comparable form, and the live state read
+from `sacctmgr --parsable2 --noheader show ...`.
+
+Names and aliases from sacctmgr's own parser (src/sacctmgr/common.c, association_functions.c and
+qos_functions.c of 24.11): a setting is written with the long name sacctmgr accepts (`MaxJobsPerUser`),
+read back under the short field name it prints (`MaxJobsPU`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+Kind = Literal["int", "tres", "duration", "text", "list"]
+
+
+@dataclass(frozen=True)
+class Setting:
+    shown: str  # the field `sacctmgr show ... format=` takes and prints
+    kind: Kind
+
+
+# Limits a QOS takes (blueprint key = what `sacctmgr modify qos ... set` takes).
+QOS_LIMITS: Mapping[str, Setting] = {
+    "GrpTRES": Setting("GrpTRES", "tres"),
+    "GrpJobs": Setting("GrpJobs", "int"),
+    "GrpSubmitJobs": Setting("GrpSubmit", "int"),
+    "GrpWall": Setting("GrpWall", "duration"),
+    "MaxTRESPerJob": Setting("MaxTRES", "tres"),
+    "MaxTRESPerNode": Setting("MaxTRESPerNode", "tres"),
+    "MaxTRESPerUser": Setting("MaxTRESPU", "tres"),
+    "MaxTRESPerAccount": Setting("MaxTRESPA", "tres"),
+    "MaxJobsPerUser": Setting("MaxJobsPU", "int"),
+    "MaxSubmitJobsPerUser": Setting("MaxSubmitPU", "int"),
+    "MaxJobsPerAccount": Setting("MaxJobsPA", "int"),
+    "MaxSubmitJobsPerAccount": Setting("MaxSubmitPA", "int"),
+    "MaxWall": Setting("MaxWall", "duration"),
+    "MinTRESPerJob": Setting("MinTRES", "tres"),
+}
+# A QOS's other settings.
+QOS_FIELDS: Mapping[str, Setting] = {
+    "Priority": Setting("Priority", "int"),
+    "Preempt": Setting("Preempt", "list"),
+    "PreemptMode": Setting("PreemptMode", "text"),
+    "Flags": Setting("Flags", "list"),
+    "UsageFactor": Setting("UsageFactor", "text"),
+}
+# Limits of an association (an account's, or a user's in an account).
+ASSOC_LIMITS: Mapping[str, Setting] = {
+    "GrpTRES": Setting("GrpTRES", "tres"),
+    "GrpJobs": Setting("GrpJobs", "int"),
+    "GrpSubmitJobs": Setting("GrpSubmit", "int"),
+    "GrpWall": Setting("GrpWall", "duration"),
+    "MaxTRESPerJob": Setting("MaxTRES", "tres"),
+    "MaxTRESPerNode": Setting("MaxTRESPerNode", "tres"),
+    "MaxJobs": Setting("MaxJobs", "int"),
+    "MaxSubmitJobs": Setting("MaxSubmit", "int"),
+    "MaxWall": Setting("MaxWall", "duration"),
+}
+# An association's other settings.
+ASSOC_FIELDS: Mapping[str, Setting] = {
+    "Fairshare": Setting("Share", "text"),  # a number, or "parent"
+    "DefaultQOS": Setting("DefQOS", "text"),
+    "QOS": Setting("QOS", "list"),
+}
+QOS_FLAGS = frozenset(
+    {
+        "DenyOnLimit", "EnforceUsageThreshold", "NoDecay", "NoReserve", "OverPartQOS", "PartitionMaxNodes",
+        "PartitionMinNodes", "PartitionTimeLimit", "Relative", "RequiresReservation", "UsageFactorSafe",
+    }
+)  # fmt: skip
+PREEMPT_MODES = frozenset({"cluster", "cancel", "requeue", "suspend", "off", "within", "gang"})
+ADMIN_LEVELS = ("none", "operator", "administrator")
+# TRES types Slurm knows (a GRES, license or burst buffer by name after the slash).
+TRES_TYPES = frozenset({"cpu", "mem", "energy", "node", "billing", "fs/disk", "vmem", "pages"})
+TRES_PREFIXES = ("gres/", "license/", "bb/", "fs/", "ic/")
+_TRES_ITEM = re.compile(r"^(?P<type>[a-z]+(?:/[A-Za-z0-9_.:-]+)?)=(?P<count>\d+)(?P<unit>[KMGTP]?)$")
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
+_DURATION = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
+
+
+class AccountsError(ValueError):
+    """A value sacctmgr would not take, or an answer hpckit cannot read."""
+
+
+def tres_problem(text: str, gres: frozenset[str] | None = None) -> str | None:
+    """Why `cpu=64,gres/gpu=8` is not a TRES list Slurm tracks; None when it is. `gres`: the GRES names the
+    cluster declares (None: not checked)."""
+    seen = set()
+    for item in text.split(","):
+        m = _TRES_ITEM.match(item.strip())
+        if m is None:
+            return f"{item!r} is not TYPE=COUNT (cpu=64, mem=512G, gres/gpu=8)"
+        kind = m.group("type")
+        if kind in seen:
+            return f"{kind} is given twice"
+        seen.add(kind)
+        if kind.startswith("gres/") and gres is not None and kind.split("/", 1)[1].split(":")[0] not in gres:
+            has = f"it has {', '.join(sorted(gres))}" if gres else "no partition has GPUs"
+            return f"{kind}: the cluster declares no such GRES ({has})"
+        if kind not in TRES_TYPES and not kind.startswith(TRES_PREFIXES):
+            return f"{kind} is not a TRES Slurm knows ({', '.join(sorted(TRES_TYPES))}, gres/NAME, license/NAME)"
+        if m.group("unit") and kind != "mem":
+            return f"{item}: only mem takes a unit"
+    return None
+
+
+def tres(text: str) -> str:
+    """A TRES list in one form: sorted by type, mem in megabytes as sacctmgr prints it."""
+    items = {}
+    for item in filter(None, (i.strip() for i in text.split(","))):
+        m = _TRES_ITEM.match(item)
+        if m is None:
+            raise AccountsError(f"{item!r} is not TYPE=COUNT")
+        count = int(m.group("count")) * _UNITS[m.group("unit")]
+        if m.group("type") == "mem" and m.group("unit"):
+            count //= _UNITS["M"]
+        items[m.group("type")] = count
+    return ",".join(f"{k}={v}" for k, v in sorted(items.items()))
+
+
+def minutes(text: str) -> int:
+    """A duration in whole minutes (seconds round up, as Slurm's time_str2mins does), from what sacctmgr
+    takes or prints: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS."""
+    m = _DURATION.fullmatch(text.strip())
+    if m is None:
+        raise AccountsError(f"{text!r} is not a duration (minutes, HH:MM:SS or D-HH:MM:SS)")
+    days, a, b, c = m.groups()
+    if days is not None:
+        secs = int(days) * 86400 + int(a) * 3600 + int(b or 0) * 60 + int(c or 0)
+    elif c is not None:
+        secs = int(a) * 3600 + int(b) * 60 + int(c)
+    else:
+        secs = int(a) * 60 + int(b or 0)
+    return (secs + 59) // 60
+
+
+def setting_problem(kind: Kind, value: object) -> str | None:
+    """Why sacctmgr would refuse `value` for a setting of this kind; None when it takes it."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        return f"{value!r} is neither a number nor text"
+    try:
+        if kind == "int" and int(str(value)) < -1:
+            return f"{value} is below -1 (-1 clears the limit)"
+        if kind == "tres":
+            return tres_problem(str(value))
+        if kind == "duration":
+            minutes(str(value))
+    except (ValueError, AccountsError) as exc:
+        return str(exc) if isinstance(exc, AccountsError) else f"{value!r} is not a whole number"
+    return None
+
+
+def normal(kind: Kind, value: object) -> str:
+    """One comparable text for a setting's value, from the blueprint or from sacctmgr (empty: unset)."""
+    if value is None or value == "" or value == []:
+        return ""
+    if kind == "int":
+        return str(int(str(value)))
+    if kind == "tres":
+        return tres(str(value))
+    if kind == "duration":
+        return str(minutes(str(value)))
+    if kind == "list":
+        items = value if isinstance(value, list) else str(value).split(",")
+        return ",".join(sorted({str(i).strip().lower() for i in items if str(i).strip()}))
+    return str(value).strip().lower()
+
+
+@dataclass(frozen=True)
+class LiveQos:
+    name: str
+    settings: dict[str, str]  # blueprint key -> normal() text, every managed key present
+
+
+@dataclass(frozen=True)
+class LiveAssoc:
+    account: str
+    user: str  # "" for the account's own association
+    parent: str  # the parent account ("" for root's own)
+    settings: dict[str, str]
+
+
+@dataclass
+class Live:
+    qos: dict[str, LiveQos] = field(default_factory=dict)
+    accounts: dict[str, LiveAssoc] = field(default_factory=dict)  # account -> its own association
+    users: dict[tuple[str, str], LiveAssoc] = field(default_factory=dict)  # (user, account) -> association
+    default_accounts: dict[str, str] = field(default_factory=dict)  # user -> default account
+    admin_levels: dict[str, str] = field(default_factory=dict)  # user -> none/operator/administrator
+    organizations: dict[str, str] = field(default_factory=dict)  # account -> organization
