@@ -266,3 +266,15 @@ def test_slurm_conf_runs_the_quick_tier_and_the_tree_topology_from_the_fabric(bp
         assert wanted in lines, wanted
     flat = slurm_conf(bp, slurm_dbd_addr="10.0.0.10")
     assert "TopologyPlugin" not in flat  # no topology.conf found: Slurm's flat default
+
+
+def test_nvidia_reads_the_driver_and_mig_columns_as_ansible_does() -> None:
+    """nvidia-smi --query-gpu=index,name,driver_version,mig.mode.current lines, through the role's own
+    expressions as Ansible reads YAML ('\\s' and '\\2' kept as written inside {{ }})."""
+    from hpckit.deploy.render import render_value
+
+    role_vars = yaml.safe_load((ansible_dir() / "roles" / "nvidia" / "vars" / "main.yml").read_text())
+    lines = ["0, NVIDIA H100 80GB HBM3, 590.48.01, Enabled", "1, NVIDIA H100 80GB HBM3, 590.48.01 , Disabled"]
+    assert render_value(role_vars["nvidia_drivers"], {"nvidia_lines": lines}) == ["590.48.01"]
+    assert render_value(role_vars["nvidia_mig_enabled"], {"nvidia_lines": lines}) is True
+    assert render_value(role_vars["nvidia_mig_enabled"], {"nvidia_lines": lines[1:]}) is False

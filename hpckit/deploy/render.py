@@ -15,13 +15,14 @@ nodes of each partition that declares hardware (named by their hostlist in the f
 from __future__ import annotations
 
 from collections import ChainMap
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 from typing import Any
 
 import hostlist
 import jinja2
+import jinja2.lexer
 import jinja2.meta
 import yaml
 from jinja2.nativetypes import NativeEnvironment
@@ -149,19 +150,45 @@ def _filters() -> dict[str, Any]:
     return {**Core().filters(), **Math().filters()}
 
 
+class _YamlLexer(jinja2.lexer.Lexer):
+    r"""Ansible's reading of a template that comes from YAML (a role variable, a task argument): inside
+    {{ }}, a string literal keeps its backslashes as written ('\s' is the regex's \s, '\2' a group), where
+    Jinja alone reads them as Python escapes ('\2' would be a control character). Template files and
+    conditionals (when, that, until) are read as Jinja reads them."""
+
+    def tokeniter(self, *args: Any, **kwargs: Any) -> Iterator[tuple[int, str, str]]:
+        inside = False
+        for lineno, kind, value in super().tokeniter(*args, **kwargs):
+            if kind == jinja2.lexer.TOKEN_VARIABLE_BEGIN:
+                inside = True
+            elif kind == jinja2.lexer.TOKEN_VARIABLE_END:
+                inside = False
+            elif inside and kind == jinja2.lexer.TOKEN_STRING:
+                value = value.replace("\\", "\\\\")
+            yield lineno, kind, value
+
+
+class _YamlEnvironment(NativeEnvironment):
+    @cached_property
+    def lexer(self) -> jinja2.lexer.Lexer:
+        return _YamlLexer(self)
+
+
 @cache
-def _environments() -> tuple[jinja2.Environment, NativeEnvironment]:
+def _environments() -> tuple[jinja2.Environment, NativeEnvironment, NativeEnvironment]:
+    """Template files (text), YAML values (native, Ansible's backslashes) and conditionals (native)."""
     from ansible.plugins.test.core import TestModule
 
     # Ansible's template module renders with trim_blocks on and keeps the file's last newline.
     text = jinja2.Environment(trim_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
-    native = NativeEnvironment(undefined=jinja2.StrictUndefined)
-    for env in (text, native):
+    native = _YamlEnvironment(undefined=jinja2.StrictUndefined)
+    conditional = NativeEnvironment(undefined=jinja2.StrictUndefined)
+    for env in (text, native, conditional):
         # Where Ansible 2.19 replaces a Jinja builtin (default, map, select, defined ...) with its own, which
         # expects Ansible's templar, Jinja's works the same for plain data: keep it.
         env.filters.update({k: v for k, v in _filters().items() if k not in env.filters})
         env.tests.update({k: v for k, v in TestModule().tests().items() if k not in env.tests})
-    return text, native
+    return text, native, conditional
 
 
 # A role's files are read once per process: a host class reads them for each of its roles (building their
@@ -189,6 +216,11 @@ def _dependencies(role: str) -> tuple[str, ...]:
 def _native(source: str) -> jinja2.Template:
     """Compiled once: every host class renders the same role variables (compiling is most of the cost)."""
     return _environments()[1].from_string(source)
+
+
+@cache
+def _conditional(source: str) -> jinja2.Template:
+    return _environments()[2].from_string(source)
 
 
 @cache
@@ -320,7 +352,7 @@ def render_value(source: str, ctx: Mapping[str, Any]) -> Any:
 
 
 def _true(expression: str, ctx: Mapping[str, Any]) -> bool:
-    return bool(_fill(_native("{{ " + expression + " }}"), ctx))
+    return bool(_fill(_conditional("{{ " + expression + " }}"), ctx))
 
 
 # --- every file, once per host class -------------------------------------------------------------------
