@@ -4,7 +4,8 @@ The allowed direction, bottom to top; a module may import its own room and any r
 on its own floor or above (imports inside functions and under TYPE_CHECKING count too):
 
     0 ground floor  errors, paths, and the package itself (its version)
-    1               hardware (the hardware table), slurm_releases (the release table),
+    1               hardware (the hardware table), slurm_releases (the release table), slurm_accounts
+                    (sacctmgr's settings and values),
                     clusters (the deployment record's one reader), cron (cron times),
                     proc (running programs: here, over SSH; the only importer of subprocess)
     2               blueprint (models), lab (machines), slurm (Slurm commands), results (text -> tables),
@@ -33,7 +34,7 @@ ROOT_NAME = "(hpckit)"  # `from hpckit import __version__`
 
 FLOORS: dict[str, int] = {
     **dict.fromkeys([ROOT_NAME, "errors", "paths"], 0),
-    **dict.fromkeys(["hardware", "slurm_releases", "clusters", "cron", "proc"], 1),
+    **dict.fromkeys(["hardware", "slurm_releases", "slurm_accounts", "clusters", "cron", "proc"], 1),
     **dict.fromkeys(["blueprint", "lab", "slurm", "results", "hw"], 2),
     **dict.fromkeys(["jobs", "health"], 3),
     "deploy": 4,
