@@ -23,21 +23,25 @@ class Setting:
     kind: Kind
 
 
-# Limits a QOS takes (blueprint key = what `sacctmgr modify qos ... set` takes).
-QOS_LIMITS: Mapping[str, Setting] = {
+# Limits both a QOS and an association take (blueprint key = what `sacctmgr modify ... set` takes).
+_GROUP_AND_JOB_LIMITS: Mapping[str, Setting] = {
     "GrpTRES": Setting("GrpTRES", "tres"),
     "GrpJobs": Setting("GrpJobs", "int"),
     "GrpSubmitJobs": Setting("GrpSubmit", "int"),
     "GrpWall": Setting("GrpWall", "duration"),
     "MaxTRESPerJob": Setting("MaxTRES", "tres"),
     "MaxTRESPerNode": Setting("MaxTRESPerNode", "tres"),
+    "MaxWall": Setting("MaxWall", "duration"),
+}
+# Limits a QOS takes.
+QOS_LIMITS: Mapping[str, Setting] = {
+    **_GROUP_AND_JOB_LIMITS,
     "MaxTRESPerUser": Setting("MaxTRESPU", "tres"),
     "MaxTRESPerAccount": Setting("MaxTRESPA", "tres"),
     "MaxJobsPerUser": Setting("MaxJobsPU", "int"),
     "MaxSubmitJobsPerUser": Setting("MaxSubmitPU", "int"),
     "MaxJobsPerAccount": Setting("MaxJobsPA", "int"),
     "MaxSubmitJobsPerAccount": Setting("MaxSubmitPA", "int"),
-    "MaxWall": Setting("MaxWall", "duration"),
     "MinTRESPerJob": Setting("MinTRES", "tres"),
 }
 # A QOS's other settings.
@@ -50,15 +54,9 @@ QOS_FIELDS: Mapping[str, Setting] = {
 }
 # Limits of an association (an account's, or a user's in an account).
 ASSOC_LIMITS: Mapping[str, Setting] = {
-    "GrpTRES": Setting("GrpTRES", "tres"),
-    "GrpJobs": Setting("GrpJobs", "int"),
-    "GrpSubmitJobs": Setting("GrpSubmit", "int"),
-    "GrpWall": Setting("GrpWall", "duration"),
-    "MaxTRESPerJob": Setting("MaxTRES", "tres"),
-    "MaxTRESPerNode": Setting("MaxTRESPerNode", "tres"),
+    **_GROUP_AND_JOB_LIMITS,
     "MaxJobs": Setting("MaxJobs", "int"),
     "MaxSubmitJobs": Setting("MaxSubmit", "int"),
-    "MaxWall": Setting("MaxWall", "duration"),
 }
 # An association's other settings.
 ASSOC_FIELDS: Mapping[str, Setting] = {

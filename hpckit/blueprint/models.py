@@ -613,14 +613,13 @@ class Qos(Strict):
         return value
 
 
-class Account(Strict):
-    parent: DbName | None = Field(None, description="the parent account (default: root)")
-    description: str | None = None
-    organization: str | None = None
-    fairshare: int | Literal["parent"] | None = Field(None, description="shares, or 'parent'")
+class _Association(Strict):
+    """What an account and a user's association in it both take."""
+
+    fairshare: int | Literal["parent"] | None = Field(None, description="shares (default 1), or 'parent'")
     default_qos: DbName | None = None
     qos: list[DbName] = Field(default_factory=list, description="QOS its jobs may use")
-    limits: Limits = Field(default_factory=dict, description="GrpTRES, MaxJobs, MaxWall ...")
+    limits: Limits = Field(default_factory=dict, description="GrpTRES, MaxJobs, MaxSubmitJobs, MaxWall ...")
 
     @field_validator("limits")
     @classmethod
@@ -635,19 +634,16 @@ class Account(Strict):
         return value
 
 
-class AccountUser(Strict):
+class Account(_Association):
+    parent: DbName | None = Field(None, description="the parent account (default: root)")
+    description: str | None = None
+    organization: str | None = None
+
+
+class AccountUser(_Association):
     default_account: DbName
     accounts: list[DbName] = Field(default_factory=list, description="every account (default: the default one)")
     admin: Literal["none", "operator", "administrator"] = "none"
-    fairshare: int | Literal["parent"] | None = None
-    default_qos: DbName | None = None
-    qos: list[DbName] = Field(default_factory=list)
-    limits: Limits = Field(default_factory=dict, description="per association: MaxJobs, MaxSubmitJobs ...")
-
-    @field_validator("limits")
-    @classmethod
-    def _known(cls, value: Limits) -> Limits:
-        return _limits(value, ASSOC_LIMITS, "an association")
 
     @property
     def all_accounts(self) -> list[str]:
