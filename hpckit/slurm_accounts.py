@@ -1,10 +1,9 @@
-"""Slurm's accounts, users and QOS as sacctmgr sees them: the settings hpckit manages, how sacctmgr names
-them when it sets and when it shows them, their values in one comparable form, and the live state read
-from `sacctmgr --parsable2 --noheader show ...`.
+"""Slurm's accounts, users and QOS in sacctmgr's terms: the settings hpckit manages, the kind of value each
+takes, and that value in one comparable form whether it comes from a blueprint or from `sacctmgr show`
+(hpckit/slurm/accounts.py reads the live state; hpckit/deploy/accounts.py compares).
 
-Names and aliases from sacctmgr's own parser (src/sacctmgr/common.c, association_functions.c and
-qos_functions.c of 24.11): a setting is written with the long name sacctmgr accepts (`MaxJobsPerUser`),
-read back under the short field name it prints (`MaxJobsPU`).
+Names from sacctmgr's own parser (src/sacctmgr/common.c, association_functions.c and qos_functions.c of
+24.11), which matches a field by a prefix of its long name, for `set` and for `format=` alike.
 """
 
 from __future__ import annotations
@@ -19,50 +18,52 @@ Kind = Literal["int", "tres", "duration", "text", "list"]
 
 @dataclass(frozen=True)
 class Setting:
-    shown: str  # the field `sacctmgr show ... format=` takes and prints
+    """A setting's kind of value. Its name (the key of the tables below) is the long one sacctmgr takes both
+    to set it (`set MaxJobsPerUser=4`) and to show it (`format=MaxJobsPerUser`, printed as MaxJobsPU)."""
+
     kind: Kind
 
 
 # Limits both a QOS and an association take (blueprint key = what `sacctmgr modify ... set` takes).
 _GROUP_AND_JOB_LIMITS: Mapping[str, Setting] = {
-    "GrpTRES": Setting("GrpTRES", "tres"),
-    "GrpJobs": Setting("GrpJobs", "int"),
-    "GrpSubmitJobs": Setting("GrpSubmit", "int"),
-    "GrpWall": Setting("GrpWall", "duration"),
-    "MaxTRESPerJob": Setting("MaxTRES", "tres"),
-    "MaxTRESPerNode": Setting("MaxTRESPerNode", "tres"),
-    "MaxWall": Setting("MaxWall", "duration"),
+    "GrpTRES": Setting("tres"),
+    "GrpJobs": Setting("int"),
+    "GrpSubmitJobs": Setting("int"),
+    "GrpWall": Setting("duration"),
+    "MaxTRESPerJob": Setting("tres"),
+    "MaxTRESPerNode": Setting("tres"),
+    "MaxWall": Setting("duration"),
 }
 # Limits a QOS takes.
 QOS_LIMITS: Mapping[str, Setting] = {
     **_GROUP_AND_JOB_LIMITS,
-    "MaxTRESPerUser": Setting("MaxTRESPU", "tres"),
-    "MaxTRESPerAccount": Setting("MaxTRESPA", "tres"),
-    "MaxJobsPerUser": Setting("MaxJobsPU", "int"),
-    "MaxSubmitJobsPerUser": Setting("MaxSubmitPU", "int"),
-    "MaxJobsPerAccount": Setting("MaxJobsPA", "int"),
-    "MaxSubmitJobsPerAccount": Setting("MaxSubmitPA", "int"),
-    "MinTRESPerJob": Setting("MinTRES", "tres"),
+    "MaxTRESPerUser": Setting("tres"),
+    "MaxTRESPerAccount": Setting("tres"),
+    "MaxJobsPerUser": Setting("int"),
+    "MaxSubmitJobsPerUser": Setting("int"),
+    "MaxJobsPerAccount": Setting("int"),
+    "MaxSubmitJobsPerAccount": Setting("int"),
+    "MinTRESPerJob": Setting("tres"),
 }
 # A QOS's other settings.
 QOS_FIELDS: Mapping[str, Setting] = {
-    "Priority": Setting("Priority", "int"),
-    "Preempt": Setting("Preempt", "list"),
-    "PreemptMode": Setting("PreemptMode", "text"),
-    "Flags": Setting("Flags", "list"),
-    "UsageFactor": Setting("UsageFactor", "text"),
+    "Priority": Setting("int"),
+    "Preempt": Setting("list"),
+    "PreemptMode": Setting("text"),
+    "Flags": Setting("list"),
+    "UsageFactor": Setting("text"),
 }
 # Limits of an association (an account's, or a user's in an account).
 ASSOC_LIMITS: Mapping[str, Setting] = {
     **_GROUP_AND_JOB_LIMITS,
-    "MaxJobs": Setting("MaxJobs", "int"),
-    "MaxSubmitJobs": Setting("MaxSubmit", "int"),
+    "MaxJobs": Setting("int"),
+    "MaxSubmitJobs": Setting("int"),
 }
 # An association's other settings.
 ASSOC_FIELDS: Mapping[str, Setting] = {
-    "Fairshare": Setting("Share", "text"),  # a number, or "parent"
-    "DefaultQOS": Setting("DefQOS", "text"),
-    "QOS": Setting("QOS", "list"),
+    "Fairshare": Setting("text"),  # a number, or "parent"
+    "DefaultQOS": Setting("text"),
+    "QOS": Setting("list"),
 }
 QOS_FLAGS = frozenset(
     {

@@ -11,7 +11,8 @@ from hpckit.blueprint.models import AccountingSpec
 from hpckit.deploy.accounts import Change, diff, parents_first, wanted_assoc, wanted_qos
 from hpckit.deploy.apply import installable
 from hpckit.errors import InputError
-from hpckit.slurm_accounts import Live, LiveAssoc, LiveQos
+from hpckit.slurm.accounts import parse_live, show_commands
+from hpckit.slurm_accounts import AccountsError, Live, LiveAssoc, LiveQos
 from tests.test_blueprint import GOOD
 from tests.test_blueprint_accounts import ACCOUNTING
 
@@ -134,3 +135,15 @@ def test_deploy_refuses_accounts_it_does_not_apply_yet() -> None:
     installable(parse_blueprint(GOOD + "accounting: {owns_tree: false}\n", "bp.yaml"))
     with pytest.raises(InputError, match=r"not yet supported: accounting: .* not applied by deploy yet"):
         installable(parse_blueprint(GOOD + ACCOUNTING, "bp.yaml"))
+
+
+def test_show_commands_ask_for_every_managed_setting() -> None:
+    commands = show_commands("t")
+    assert commands["assoc"][:7] == ("sacctmgr", "--noheader", "--parsable2", "show", "assoc", "where", "cluster=t")
+    assert commands["qos"][-1].startswith("format=Name,Priority,Preempt,PreemptMode,Flags,UsageFactor,GrpTRES,")
+    assert commands["user"][-1] == "format=User,DefaultAccount,AdminLevel"
+
+
+def test_a_sacctmgr_line_of_another_shape_is_an_error_naming_it() -> None:
+    with pytest.raises(AccountsError, match=r"sacctmgr show user, line 2: 2 fields, 3 asked: 'bob\|nlp'"):
+        parse_live("", "", "alice|vision|None\nbob|nlp\n")

@@ -60,12 +60,19 @@ def wanted_qos(q: Qos) -> dict[str, str]:
 
 
 def wanted_assoc(item: Account | AccountUser) -> dict[str, str]:
-    values: dict[str, object] = {
-        "Fairshare": item.fairshare if item.fairshare is not None else 1,
-        "DefaultQOS": item.default_qos or "",
-        "QOS": item.qos,
-    }
-    return _settings({**ASSOC_FIELDS, **ASSOC_LIMITS}, {**values, **item.limits})
+    """Limits and shares are owned (left out: cleared, or 1 share); the QOS lists only where declared, since
+    Slurm gives every association its cluster's default QOS and taking it away would stop its jobs."""
+    values: dict[str, object] = {"Fairshare": item.fairshare if item.fairshare is not None else 1}
+    owned = {**ASSOC_FIELDS, **ASSOC_LIMITS}
+    if item.qos:
+        values["QOS"] = item.qos
+    else:
+        owned.pop("QOS")
+    if item.default_qos:
+        values["DefaultQOS"] = item.default_qos
+    else:
+        owned.pop("DefaultQOS")
+    return _settings(owned, {**values, **item.limits})
 
 
 def _settings(table: Mapping[str, Setting], values: Mapping[str, object]) -> dict[str, str]:
