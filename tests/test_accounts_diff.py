@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -147,3 +148,34 @@ def test_show_commands_ask_for_every_managed_setting() -> None:
 def test_a_sacctmgr_line_of_another_shape_is_an_error_naming_it() -> None:
     with pytest.raises(AccountsError, match=r"sacctmgr show user, line 2: 2 fields, 3 asked: 'bob\|nlp'"):
         parse_live("", "", "alice|vision|None\nbob|nlp\n")
+
+
+SLURM = Path(__file__).parent / "data" / "slurm"
+
+
+def recorded_live() -> Live:
+    read = {k: (SLURM / f"sacctmgr-show-{k}-hpckit-format-slurm22.05-lab-default.txt").read_text()
+            for k in ("qos", "assoc", "user")}  # fmt: skip
+    return parse_live(read["qos"], read["assoc"], read["user"])
+
+
+def test_a_fresh_cluster_as_sacctmgr_shows_it() -> None:
+    live = recorded_live()
+    assert list(live.qos) == ["normal"] and live.qos["normal"].settings["PreemptMode"] == "cluster"
+    assert live.qos["normal"].settings["UsageFactor"] == "1.000000" and live.qos["normal"].settings["MaxWall"] == ""
+    assert live.accounts["root"].settings["QOS"] == "normal" and live.accounts["root"].parent == ""
+    assert list(live.users) == [("root", "root")] and live.admin_levels == {"root": "administrator"}
+
+
+def test_a_fresh_cluster_gets_the_tree_and_keeps_slurm_s_own() -> None:
+    """Even owning the whole tree, Slurm's normal QOS, root account and root's association stay."""
+    found = diff(spec(owns=True), recorded_live(), "labci")
+    assert shown(found.changes)[:2] == ["add qos high", "add qos low"] and len(found.changes) == 8
+    assert found.unmanaged == ()
+    # an unset QOS is what sacctmgr shows for one made with only a priority: nothing to change once it exists
+    low = wanted_qos(spec().qos["low"].model_copy(update={"limits": {}}))
+    assert {k: v for k, v in low.items() if v} == {
+        "Priority": "10",
+        "PreemptMode": "cluster",
+        "UsageFactor": "1.000000",
+    }

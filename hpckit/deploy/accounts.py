@@ -5,7 +5,8 @@ Order: QOS first (accounts and users name them), accounts parents first, users; 
 users' associations, accounts children first, QOS last (nothing names them any more). Every setting hpckit
 manages is owned for what the blueprint declares: a limit the blueprint leaves out is cleared (-1).
 Objects that live but are not declared are deleted only when the blueprint owns the whole tree
-(`accounting.owns_tree`); otherwise they are reported and left alone.
+(`accounting.owns_tree`); otherwise they are reported and left alone. Slurm's own (the normal QOS, the
+root account and root's association in it) are never removed.
 """
 
 from __future__ import annotations
@@ -167,6 +168,8 @@ def _deletions(spec: AccountingSpec, live: Live, cluster: str) -> tuple[list[Cha
     out: list[Change] = []
     for (user, account), _ in sorted(live.users.items()):
         declared = spec.users.get(user)
+        if (user, account) == ("root", "root"):
+            continue  # Slurm's own, made with the cluster: what lets root run jobs and use sacctmgr
         if declared is None or account not in declared.all_accounts:
             where = ("where", f"name={user}", f"account={account}", f"cluster={cluster}")
             out.append(
