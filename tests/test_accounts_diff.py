@@ -179,3 +179,31 @@ def test_a_fresh_cluster_gets_the_tree_and_keeps_slurm_s_own() -> None:
         "PreemptMode": "cluster",
         "UsageFactor": "1.000000",
     }
+
+
+def test_accounts_diff_reads_the_cluster_and_lists_the_commands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`hpckit accounts diff`: three sacctmgr reads on the login node, then the changes; changing nothing."""
+    from click.testing import CliRunner
+
+    import hpckit.jobs.submit
+    from hpckit.cli import cli
+    from tests.fakes import scripted
+
+    reads = [(0, (SLURM / f"sacctmgr-show-{k}-hpckit-format-slurm22.05-lab-default.txt").read_text(), "")
+             for k in ("qos", "assoc", "user")]  # fmt: skip
+    fake = scripted({"sacctmgr": reads})
+    monkeypatch.setattr(hpckit.jobs.submit, "transport_for", lambda cluster: fake)
+    path = tmp_path / "bp.yaml"
+    path.write_text(GOOD + ACCOUNTING)
+    result = CliRunner().invoke(cli, ["accounts", "diff", str(path)])
+    assert result.exit_code == 1, result.output
+    lines = result.output.splitlines()
+    assert (
+        lines[0] == "add qos high (Priority: - -> 100, Preempt: - -> low, PreemptMode: - -> cluster, "
+        "Flags: - -> denyonlimit, UsageFactor: - -> 1.000000, MaxWall: - -> 2880, MaxTRESPerUser: - -> gres/gpu=8)"
+    )
+    assert lines[-1] == "8 change(s)"
+    assert [c[4] for c in fake.calls] == ["qos", "assoc", "user"] and all(c[0] == "sacctmgr" for c in fake.calls)
+    assert not any(w in ("add", "modify", "delete") for c in fake.calls for w in c)  # it only read
