@@ -9,11 +9,18 @@ import pytest
 
 from hpckit.blueprint import parse_blueprint
 from hpckit.blueprint.models import AccountingSpec
-from hpckit.deploy.accounts import Change, diff, parents_first, wanted_assoc, wanted_qos
-from hpckit.deploy.apply import installable
-from hpckit.errors import InputError
+from hpckit.deploy.accounts import (
+    AccountsRefused,
+    Change,
+    apply_accounts,
+    diff,
+    parents_first,
+    wanted_assoc,
+    wanted_qos,
+)
 from hpckit.slurm.accounts import parse_live, show_commands
 from hpckit.slurm_accounts import AccountsError, Live, LiveAssoc, LiveQos
+from tests.fakes import scripted
 from tests.test_blueprint import GOOD
 from tests.test_blueprint_accounts import ACCOUNTING
 
@@ -131,11 +138,31 @@ def test_parents_come_first_whatever_the_order_declared() -> None:
     assert sorted(order) == sorted(tree)
 
 
-def test_deploy_refuses_accounts_it_does_not_apply_yet() -> None:
-    """Not applied yet: a deploy must not report success while the declared accounts do not exist."""
-    installable(parse_blueprint(GOOD + "accounting: {owns_tree: false}\n", "bp.yaml"))
-    with pytest.raises(InputError, match=r"not yet supported: accounting: .* not applied by deploy yet"):
-        installable(parse_blueprint(GOOD + ACCOUNTING, "bp.yaml"))
+def fresh_reads() -> list[tuple[int, str, str]]:
+    return [(0, (SLURM / f"sacctmgr-show-{k}-hpckit-format-slurm22.05-lab-default.txt").read_text(), "")
+            for k in ("qos", "assoc", "user")]  # fmt: skip
+
+
+def test_users_without_a_unix_account_are_refused_before_any_change() -> None:
+    controller = scripted({"sacctmgr": fresh_reads()}, where="ctl")
+    login = scripted({"getent": [(2, "", "")]}, where="login")
+    with pytest.raises(AccountsRefused, match="no Unix account on login for alice, bob: an association made before"):
+        apply_accounts(spec(), "t", controller, login)
+    assert all(c[3] == "show" for c in controller.calls)  # nothing was changed
+
+
+def test_deletions_are_refused_while_jobs_run_or_wait() -> None:
+    s = spec(owns=True)
+    live_reads = fresh_reads()
+    extra = "old||||1||normal|||||||||\nold|carol|||1||normal|||||||||\n"
+    live_reads[1] = (0, live_reads[1][1] + extra, "")
+    controller = scripted({"sacctmgr": live_reads, "squeue": [(0, "old|carol|41\nvision|alice|42\n", "")]})
+    login = scripted({"getent": [(0, "x:x:1000:1000::/home/x:/bin/sh\n", "")]})
+    with pytest.raises(
+        AccountsRefused, match=r"delete user carol in account old \(jobs 41\); delete account old \(jobs 41\)"
+    ):
+        apply_accounts(s, "t", controller, login)
+    assert not any(w in ("add", "modify", "delete") for c in controller.calls for w in c)
 
 
 def test_show_commands_ask_for_every_managed_setting() -> None:

@@ -91,6 +91,13 @@ def _print_summary(console: Console, result: DeployResult) -> None:
         console.print(f"[red]FAILED[/red] {failure}", highlight=False)
     for note in result.tracker.notes:
         console.print(f"note: {note}", highlight=False, markup=False)
+    if result.accounts is not None:
+        for change in result.accounts.changes:
+            console.print(f"accounting: {change.describe()}", highlight=False, markup=False)
+        for what in result.accounts.unmanaged:
+            console.print(f"accounting: not in the blueprint, left alone: {what}", highlight=False, markup=False)
+    if result.accounts_error:
+        console.print(f"[red]FAILED[/red] {result.accounts_error}", highlight=False)
     if result.outcome.status != "successful" and not result.tracker.failures:
         console.print(f"[red]Ansible stopped ({result.outcome.status}, rc {result.outcome.rc}):[/red]")
         console.print("\n".join(result.tracker.output_tail), highlight=False, markup=False)

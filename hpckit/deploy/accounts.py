@@ -11,11 +11,14 @@ root account and root's association in it) are never removed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from hpckit.blueprint.models import Account, AccountingSpec, AccountUser, Qos
+from hpckit.errors import HpckitError
+from hpckit.proc import Transport
+from hpckit.slurm.accounts import read_live
 from hpckit.slurm_accounts import ASSOC_FIELDS, ASSOC_LIMITS, QOS_FIELDS, QOS_LIMITS, Live, Setting, normal
 
 Action = Literal["add", "modify", "delete"]
@@ -242,3 +245,55 @@ def _smaller(new: str, old: str) -> bool:
     olds = dict(item.split("=", 1) for item in old.split(",") if "=" in item)
     news = dict(item.split("=", 1) for item in new.split(",") if "=" in item)
     return any(k not in olds or int(v) < int(olds[k]) for k, v in news.items() if v.isdigit())
+
+
+class AccountsRefused(HpckitError):
+    """The accounts were left as they are: a change would hurt jobs, or names a user the hosts do not know."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class Applied:
+    changes: tuple[Change, ...]
+    unmanaged: tuple[str, ...]
+
+
+def apply_accounts(spec: AccountingSpec, cluster: str, controller: Transport, login: Transport) -> Applied:
+    """Make slurmdbd's accounts, users and QOS the blueprint's; refused before any change when a user to
+    add has no Unix account on the login node (its jobs would bounce) or a deletion would take an account or
+    a user's association from jobs that run or wait. Read back after: what did not take is an error."""
+    found = diff(spec, read_live(controller, cluster), cluster)
+    _refuse(found.changes, controller, login)
+    for change in found.changes:
+        done = controller.run(list(change.argv), timeout=60)
+        if not done.ok:
+            raise HpckitError(f"accounting: {change.describe()}: {done.describe()}")
+    again = diff(spec, read_live(controller, cluster), cluster)
+    if again.changes:
+        raise HpckitError(f"accounting: sacctmgr did not take: {'; '.join(c.describe() for c in again.changes)}")
+    return Applied(found.changes, found.unmanaged)
+
+
+def _refuse(changes: Sequence[Change], controller: Transport, login: Transport) -> None:
+    new_users = sorted({c.name for c in changes if c.kind == "user" and c.action == "add"})
+    missing = [u for u in new_users if not login.run(["getent", "passwd", u], timeout=30).ok]
+    if missing:
+        raise AccountsRefused(
+            f"accounting: no Unix account on {login.where} for {', '.join(missing)}: an association made "
+            "before the user exists sends every job of that user back; create the users first"
+        )
+    deletions = [c for c in changes if c.action == "delete" and c.kind in ("account", "user")]
+    if not deletions:
+        return
+    queue = controller.run(["squeue", "--noheader", "--states=R,PD,CG,S", "--format=%a|%u|%i"], timeout=60)
+    if not queue.ok:
+        raise HpckitError(f"accounting: cannot tell which jobs a deletion would affect: {queue.describe()}")
+    jobs = [line.split("|") for line in queue.stdout.splitlines() if line.count("|") == 2]
+    hit = []
+    for c in deletions:
+        ids = [j for a, u, j in jobs if a == (c.account or c.name) and (c.kind == "account" or u == c.name)]
+        if ids:
+            hit.append(f"{c.describe()} (jobs {', '.join(ids[:5])}{' ...' if len(ids) > 5 else ''})")
+    if hit:
+        raise AccountsRefused("accounting: deletions refused while jobs run or wait: " + "; ".join(hit))

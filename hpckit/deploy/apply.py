@@ -13,6 +13,7 @@ from typing import Any
 from hpckit import __version__
 from hpckit.blueprint.models import Blueprint, LabProvider
 from hpckit.clusters import BLUEPRINT, INVENTORY, VERSIONS, ClusterAccess, ClusterDir
+from hpckit.deploy.accounts import Applied, apply_accounts
 from hpckit.deploy.build_record import install_record
 from hpckit.deploy.events import Tracker, apt_reason_lost, explain_failures
 from hpckit.deploy.inventory import host_entries
@@ -47,10 +48,13 @@ class DeployResult:
     timings: dict[str, float] = field(default_factory=dict)
     # Where Slurm came from (hpckit.deploy.build_record): the distribution, or which build.
     install: dict[str, Any] = field(default_factory=dict)
+    accounts: Applied | None = None  # the blueprint's `accounting:`, applied after the playbook
+    accounts_error: str = ""
 
     @property
     def ok(self) -> bool:
-        return self.tracker.ok and self.outcome.status == "successful" and (self.join is None or self.join.ok)
+        joined = self.join is None or self.join.ok
+        return self.tracker.ok and self.outcome.status == "successful" and joined and not self.accounts_error
 
 
 def _timed(timings: dict[str, float], name: str, start: float) -> None:
@@ -67,14 +71,6 @@ def installable(bp: Blueprint) -> None:
         raise InputError(f"not yet supported: {where}; use install: build (the lab) or install: distro")
     if mode == "build" and not isinstance(bp.provider, LabProvider):
         raise InputError(f"not yet supported: {where} outside the lab; use install: distro on real hosts for now")
-    declared = bp.accounting
-    if declared is not None and (declared.qos or declared.accounts or declared.users):
-        # validated (hpckit validate) and diffed against sacctmgr (hpckit/deploy/accounts.py), not applied yet:
-        # refusing beats a deploy that reports success while the accounts it was given do not exist
-        raise InputError(
-            "not yet supported: accounting: (accounts, users and QOS) are checked by `hpckit validate` but not "
-            "applied by deploy yet; deploy without the section and keep managing them with sacctmgr for now"
-        )
 
 
 def deploy(bp: Blueprint, tracker: Tracker, sink: EventSink, opts: DeployOptions | None = None) -> DeployResult:
@@ -103,9 +99,27 @@ def deploy(bp: Blueprint, tracker: Tracker, sink: EventSink, opts: DeployOptions
         result.join, result.slurm_version = _after_playbook(bp, target, record, opts.join_timeout)
         result.install = _read_install(target, extravars)
         _timed(timings, "join", t2)
+        if bp.accounting is not None and (bp.accounting.qos or bp.accounting.accounts or bp.accounting.users):
+            t3 = time.monotonic()
+            _apply_accounts(bp, target, result)
+            _timed(timings, "accounts", t3)
     _timed(timings, "total", t0)
     _finish_record(bp, target, result)
     return result
+
+
+def _apply_accounts(bp: Blueprint, target: Target, result: DeployResult) -> None:
+    """sacctmgr on the controller (where slurmdbd answers once the playbook ran), users checked on the login
+    node; a refusal or a failed command fails the deploy with its reason, the cluster otherwise converged."""
+    assert bp.accounting is not None
+    controller, login = target.transport(bp.controller.host), target.transport(bp.login[0].host)
+    try:
+        result.accounts = apply_accounts(bp.accounting, bp.cluster_name, controller, login)
+    except HpckitError as exc:
+        result.accounts_error = str(exc)
+    finally:
+        controller.close()
+        login.close()
 
 
 def start_record(
@@ -268,6 +282,15 @@ def _slurm_version(controller: Transport) -> str:
         return f"unknown ({exc})"
 
 
+def _accounts_json(result: DeployResult) -> dict[str, Any]:
+    applied = result.accounts
+    return {
+        "changes": [c.describe() for c in applied.changes] if applied else [],
+        "unmanaged": list(applied.unmanaged) if applied else [],
+        "error": result.accounts_error,
+    }
+
+
 def _finish_record(bp: Blueprint, target: Target, result: DeployResult) -> None:
     rec, tracker = result.record, result.tracker
     rec.write_json(
@@ -298,6 +321,7 @@ def _finish_record(bp: Blueprint, target: Target, result: DeployResult) -> None:
                 "seconds": result.join.seconds,
             },
             "timings_s": result.timings,
+            **({"accounting": _accounts_json(result)} if bp.accounting is not None else {}),
         },
     )
     login = bp.login[0].host
