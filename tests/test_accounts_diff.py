@@ -53,20 +53,21 @@ def shown(changes: tuple[Change, ...]) -> list[str]:
 def test_a_new_tree_is_added_qos_first_parents_before_children() -> None:
     found = diff(spec(), Live(), "t")
     assert shown(found.changes) == [
-        "add qos high", "add qos low", "add account research", "add account vision", "add account nlp",
-        "add user alice/vision", "add user alice/nlp", "add user bob/nlp",
+        "add qos high", "add qos low", "modify qos high", "add account research", "add account vision",
+        "add account nlp", "add user alice/vision", "add user alice/nlp", "add user bob/nlp",
     ]  # fmt: skip
     high = found.changes[0].argv
     assert high[:5] == ("sacctmgr", "--immediate", "add", "qos", "high")
-    assert {"Priority=100", "Preempt=low", "Flags=denyonlimit", "MaxTRESPerUser=gres/gpu=8", "MaxWall=2880"} <= set(
-        high
-    )
-    vision = found.changes[3].argv
+    assert {"Priority=100", "Flags=denyonlimit", "MaxTRESPerUser=gres/gpu=8", "MaxWall=2880"} <= set(high)
+    # sacctmgr refuses to name a QOS that is not there yet ("You gave a bad qos 'low'"): Preempt comes after
+    assert not any(w.startswith("Preempt=") for w in high)
+    assert found.changes[2].argv[-3:] == ("name=high", "set", "Preempt=low")
+    vision = found.changes[4].argv
     assert {"Parent=research", "Cluster=t", "Fairshare=60", "QOS=high,low", "DefaultQOS=low"} <= set(vision)
     assert "GrpTRES=cpu=64,mem=524288" in vision and not any(w.startswith("MaxJobs=") for w in vision)
-    alice = found.changes[5].argv
+    alice = found.changes[6].argv
     assert {"Account=vision", "DefaultAccount=vision", "AdminLevel=none", "MaxJobs=1"} <= set(alice)
-    assert "DefaultAccount=vision" not in found.changes[6].argv  # the user exists by then
+    assert "DefaultAccount=vision" not in found.changes[7].argv  # the user exists by then
     assert not any(c.tightens for c in found.changes)
 
 
@@ -197,7 +198,7 @@ def test_a_fresh_cluster_as_sacctmgr_shows_it() -> None:
 def test_a_fresh_cluster_gets_the_tree_and_keeps_slurm_s_own() -> None:
     """Even owning the whole tree, Slurm's normal QOS, root account and root's association stay."""
     found = diff(spec(owns=True), recorded_live(), "labci")
-    assert shown(found.changes)[:2] == ["add qos high", "add qos low"] and len(found.changes) == 8
+    assert shown(found.changes)[:2] == ["add qos high", "add qos low"] and len(found.changes) == 9
     assert found.unmanaged == ()
     # an unset QOS is what sacctmgr shows for one made with only a priority: nothing to change once it exists
     low = wanted_qos(spec().qos["low"].model_copy(update={"limits": {}}))
@@ -228,9 +229,19 @@ def test_accounts_diff_reads_the_cluster_and_lists_the_commands(
     assert result.exit_code == 1, result.output
     lines = result.output.splitlines()
     assert (
-        lines[0] == "add qos high (Priority: - -> 100, Preempt: - -> low, PreemptMode: - -> cluster, "
+        lines[0] == "add qos high (Priority: - -> 100, PreemptMode: - -> cluster, "
         "Flags: - -> denyonlimit, UsageFactor: - -> 1.000000, MaxWall: - -> 2880, MaxTRESPerUser: - -> gres/gpu=8)"
     )
-    assert lines[-1] == "8 change(s)"
+    assert lines[-1] == "9 change(s)"
     assert [c[4] for c in fake.calls] == ["qos", "assoc", "user"] and all(c[0] == "sacctmgr" for c in fake.calls)
     assert not any(w in ("add", "modify", "delete") for c in fake.calls for w in c)  # it only read
+
+
+def test_what_sacctmgr_shows_after_the_deploy_applied_it_matches() -> None:
+    """Real output after `hpckit deploy` applied ACCOUNTING on a lab: nothing left to change (sacctmgr's own
+    spellings: 2-00:00:00 for 2880 minutes, mem=512G for 524288 MB, None/Operator, inherited QOS)."""
+    read = {k: (SLURM / f"sacctmgr-show-{k}-hpckit-format-slurm22.05-lab-applied.txt").read_text()
+            for k in ("qos", "assoc", "user")}  # fmt: skip
+    live = parse_live(read["qos"], read["assoc"], read["user"])
+    assert diff(spec(owns=True), live, "acct").empty
+    assert live.users[("alice", "vision")].settings["QOS"] == "high,low"  # inherited, and left alone

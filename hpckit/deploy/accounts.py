@@ -19,7 +19,7 @@ from hpckit.blueprint.models import Account, AccountingSpec, AccountUser, Qos
 from hpckit.errors import HpckitError
 from hpckit.proc import Transport
 from hpckit.slurm.accounts import read_live
-from hpckit.slurm_accounts import ASSOC_FIELDS, ASSOC_LIMITS, QOS_FIELDS, QOS_LIMITS, Live, Setting, normal
+from hpckit.slurm_accounts import ASSOC_FIELDS, ASSOC_LIMITS, QOS_FIELDS, QOS_LIMITS, Live, LiveQos, Setting, normal
 
 Action = Literal["add", "modify", "delete"]
 Kind = Literal["qos", "account", "user"]
@@ -91,19 +91,24 @@ def diff(spec: AccountingSpec, live: Live, cluster: str) -> Diff:
 
 
 def _qos_changes(spec: AccountingSpec, live: Live) -> list[Change]:
-    out = []
+    """Adds and modifies; a new QOS's Preempt list is set once every QOS is there (sacctmgr refuses to
+    name a QOS that does not exist yet, and QOS may preempt each other in any order)."""
+    out: list[Change] = []
+    preempts: list[Change] = []
     for name, q in spec.qos.items():
         want = wanted_qos(q)
         have = live.qos.get(name)
         if have is None:
-            argv = (*SACCTMGR, "add", "qos", name, *_assign(want, {**QOS_FIELDS, **QOS_LIMITS}))
-            out.append(Change("add", "qos", name, settings=_delta({}, want), argv=argv))
-            continue
+            first = {k: v for k, v in want.items() if k != "Preempt"}
+            argv = (*SACCTMGR, "add", "qos", name, *_assign(first, {**QOS_FIELDS, **QOS_LIMITS}))
+            out.append(Change("add", "qos", name, settings=_delta({}, first), argv=argv))
+            have = LiveQos(name, {**first, "Preempt": ""})
         delta = _delta(have.settings, want)
         if delta:
             argv = (*SACCTMGR, "modify", "qos", "where", f"name={name}", "set", *_assign(dict(_new(delta)), None))
-            out.append(Change("modify", "qos", name, settings=delta, argv=argv, tightens=_tighter(delta)))
-    return out
+            change = Change("modify", "qos", name, settings=delta, argv=argv, tightens=_tighter(delta))
+            (preempts if name not in live.qos else out).append(change)
+    return out + preempts
 
 
 def _account_changes(spec: AccountingSpec, live: Live, cluster: str) -> list[Change]:
