@@ -129,6 +129,7 @@ def test_what_the_blueprint_does_not_declare_is_reported_or_removed_when_it_owns
         "delete qos scavenger",
     ]  # fmt: skip
     assert all(c.tightens for c in owned.changes)
+    assert owned.unmanaged == ()  # all of it goes: none is left alone
     assert owned.changes[2].argv[2:] == ("delete", "account", "where", "name=old2", "cluster=t")
 
 

@@ -87,7 +87,9 @@ def diff(spec: AccountingSpec, live: Live, cluster: str) -> Diff:
     """What to run, in order, so that the live accounts, users and QOS are the blueprint's."""
     adds = _qos_changes(spec, live) + _account_changes(spec, live, cluster) + _user_changes(spec, live, cluster)
     gone, unmanaged = _deletions(spec, live, cluster)
-    return Diff(tuple(adds + (gone if spec.owns_tree else [])), tuple(unmanaged))
+    if spec.owns_tree:  # what is not declared goes: none of it is left alone
+        return Diff(tuple(adds + gone), ())
+    return Diff(tuple(adds), tuple(unmanaged))
 
 
 def _qos_changes(spec: AccountingSpec, live: Live) -> list[Change]:
