@@ -661,6 +661,11 @@ class AccountingSpec(Strict):
     accounts: dict[DbName, Account] = Field(default_factory=dict)
     users: dict[UserName, AccountUser] = Field(default_factory=dict)
 
+    @property
+    def declares(self) -> bool:
+        """Whether it names anything to manage (an empty section changes nothing)."""
+        return bool(self.qos or self.accounts or self.users)
+
 
 # --- the blueprint ---------------------------------------------------------------------------------------
 

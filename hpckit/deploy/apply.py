@@ -99,7 +99,7 @@ def deploy(bp: Blueprint, tracker: Tracker, sink: EventSink, opts: DeployOptions
         result.join, result.slurm_version = _after_playbook(bp, target, record, opts.join_timeout)
         result.install = _read_install(target, extravars)
         _timed(timings, "join", t2)
-        if bp.accounting is not None and (bp.accounting.qos or bp.accounting.accounts or bp.accounting.users):
+        if bp.accounting is not None and bp.accounting.declares:
             t3 = time.monotonic()
             _apply_accounts(bp, target, result)
             _timed(timings, "accounts", t3)
