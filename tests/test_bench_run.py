@@ -182,8 +182,8 @@ def test_a_job_that_cannot_run_anywhere_names_no_node(lab_facts: ClusterFacts, t
         + (trace + "ModuleNotFoundError: No module named 'torch'\n") * 2
         + "srun: error: node2: task 1: Exited with exit code 1\n"
         "srun: launch/slurm: _step_signal: Terminating StepId=7.0\n"
-        "srun: error: node1: task 0: Killed\nsrun: error: node4: task 3: Exited with exit code 1\n"
-        "srun: error: node3: task 2: Killed\n"
+        "srun: error: node1: task 0: Terminated\nsrun: error: node4: task 3: Exited with exit code 1\n"
+        "srun: error: node3: task 2: Terminated\nsrun: Force Terminated StepId=7.0\n"
     )
     record = JobRecord("7", "FAILED", 1, 0, LAB_NODES, "sacct", batch_host="node1")
     req = BenchRequest(get("allreduce"), 4, bench_dir=str(tmp_path), history=False)

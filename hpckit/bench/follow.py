@@ -42,6 +42,12 @@ _PROGRAM_ERROR = re.compile(
 )
 # nccl-tests' failure lines start with the host's name (after srun's label, if any)
 _FAILURE_HOST = re.compile(r"(?:^|: )(?P<host>[\w.-]+)(?: pid \d+)?: Test (?:NCCL|CUDA) failure")
+# srun stopping the whole step (--kill-on-bad-exit, a cancel): the task lines after it are its doing
+_STEP_STOPPED = re.compile(
+    r"^(?:srun: launch/slurm: _step_signal: Terminating|srun: Force Terminated"
+    r"|\S*: error: \*\*\* STEP \S+ ON \S+ CANCELLED)",
+    re.M,
+)
 # what srun --kill-on-bad-exit does to the other tasks once one has failed
 _COLLATERAL = re.compile(r"^(Killed|Exited with exit code \d+)$")
 
@@ -87,7 +93,8 @@ def culprits(output: str, lost_nodes: Sequence[str], record: JobRecord) -> tuple
     """The node(s) a failed job's own evidence blames, most certain first; () when it blames none.
 
     Nodes Slurm itself gave up on; else nodes srun reports lost or could not launch on; else the node
-    whose task srun saw end by a signal of its own (not the kills srun then sends to every other task).
+    whose task srun saw end by a signal of its own, before srun stopped the step (the tasks it then
+    terminates are not causes).
     A task that merely exited non-zero blames nobody: a missing module or a wrong path fails every node
     alike, and --kill-on-bad-exit stops the others before they can say so; the job could not measure.
     """
@@ -98,7 +105,10 @@ def culprits(output: str, lost_nodes: Sequence[str], record: JobRecord) -> tuple
     ]
     if failed:
         return tuple(dict.fromkeys(failed))
-    causes = [m.group("node") for m in _TASK.finditer(output) if not _COLLATERAL.match(m.group("how"))]
+    # once srun (or Slurm) stops the step, every other task ends by its signal: only what came before counts
+    stopped = _STEP_STOPPED.search(output)
+    before = output[: stopped.start()] if stopped else output
+    causes = [m.group("node") for m in _TASK.finditer(before) if not _COLLATERAL.match(m.group("how"))]
     return (causes[0],) if causes else ()
 
 
