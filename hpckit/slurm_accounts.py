@@ -65,6 +65,9 @@ ASSOC_FIELDS: Mapping[str, Setting] = {
     "DefaultQOS": Setting("text"),
     "QOS": Setting("list"),
 }
+# Every setting hpckit manages on a QOS, and on an association.
+QOS_SETTINGS: Mapping[str, Setting] = {**QOS_FIELDS, **QOS_LIMITS}
+ASSOC_SETTINGS: Mapping[str, Setting] = {**ASSOC_FIELDS, **ASSOC_LIMITS}
 QOS_FLAGS = frozenset(
     {
         "DenyOnLimit", "EnforceUsageThreshold", "NoDecay", "NoReserve", "OverPartQOS", "PartitionMaxNodes",

@@ -19,7 +19,7 @@ from hpckit.blueprint.models import Account, AccountingSpec, AccountUser, Qos
 from hpckit.errors import HpckitError
 from hpckit.proc import Transport
 from hpckit.slurm.accounts import read_live
-from hpckit.slurm_accounts import ASSOC_FIELDS, ASSOC_LIMITS, QOS_FIELDS, QOS_LIMITS, Live, LiveQos, Setting, normal
+from hpckit.slurm_accounts import ASSOC_LIMITS, ASSOC_SETTINGS, QOS_LIMITS, QOS_SETTINGS, Live, LiveQos, Setting, normal
 
 Action = Literal["add", "modify", "delete"]
 Kind = Literal["qos", "account", "user"]
@@ -60,14 +60,14 @@ def wanted_qos(q: Qos) -> dict[str, str]:
         "Flags": q.flags,
         "UsageFactor": f"{q.usage_factor if q.usage_factor is not None else 1:.6f}",
     }
-    return _settings({**QOS_FIELDS, **QOS_LIMITS}, {**values, **q.limits})
+    return _settings(QOS_SETTINGS, {**values, **q.limits})
 
 
 def wanted_assoc(item: Account | AccountUser) -> dict[str, str]:
     """Limits and shares are owned (left out: cleared, or 1 share); the QOS lists only where declared, since
     Slurm gives every association its cluster's default QOS and taking it away would stop its jobs."""
     values: dict[str, object] = {"Fairshare": item.fairshare if item.fairshare is not None else 1}
-    owned = {**ASSOC_FIELDS, **ASSOC_LIMITS}
+    owned = dict(ASSOC_SETTINGS)
     if item.qos:
         values["QOS"] = item.qos
     else:
@@ -102,12 +102,13 @@ def _qos_changes(spec: AccountingSpec, live: Live) -> list[Change]:
         have = live.qos.get(name)
         if have is None:
             first = {k: v for k, v in want.items() if k != "Preempt"}
-            argv = (*SACCTMGR, "add", "qos", name, *_assign(first, {**QOS_FIELDS, **QOS_LIMITS}))
+            argv = (*SACCTMGR, "add", "qos", name, *_assign(first, adding=True))
             out.append(Change("add", "qos", name, settings=_delta({}, first), argv=argv))
             have = LiveQos(name, {**first, "Preempt": ""})
         delta = _delta(have.settings, want)
         if delta:
-            argv = (*SACCTMGR, "modify", "qos", "where", f"name={name}", "set", *_assign(dict(_new(delta)), None))
+            sets = _assign(dict(_new(delta)), adding=False)
+            argv = (*SACCTMGR, "modify", "qos", "where", f"name={name}", "set", *sets)
             change = Change("modify", "qos", name, settings=delta, argv=argv, tightens=_tighter(delta))
             (preempts if name not in live.qos else out).append(change)
     return out + preempts
@@ -124,14 +125,14 @@ def _account_changes(spec: AccountingSpec, live: Live, cluster: str) -> list[Cha
         if have is None:
             extra = [f"Parent={parent}", f"Cluster={cluster}", f"Organization={a.organization or name}"]
             extra += [f"Description={a.description or name}"]
-            argv = (*SACCTMGR, "add", "account", name, *extra, *_assign(want, {**ASSOC_FIELDS, **ASSOC_LIMITS}))
+            argv = (*SACCTMGR, "add", "account", name, *extra, *_assign(want, adding=True))
             out.append(Change("add", "account", name, settings=_delta({}, want), argv=argv))
             continue
         delta = _delta(have.settings, want)
         if have.parent != parent:
             delta = (("Parent", have.parent, parent), *delta)
         if delta:
-            sets = _assign(dict(_new(delta)), None)
+            sets = _assign(dict(_new(delta)), adding=False)
             argv = (*SACCTMGR, "modify", "account", *where, "set", *sets)
             out.append(Change("modify", "account", name, settings=delta, argv=argv, tightens=_tighter(delta)))
     return out
@@ -148,13 +149,13 @@ def _user_changes(spec: AccountingSpec, live: Live, cluster: str) -> list[Change
                 sets = [f"Account={account}", f"Cluster={cluster}"]
                 if name not in live.default_accounts and account == u.default_account:  # a new user
                     sets += [f"DefaultAccount={u.default_account}", f"AdminLevel={u.admin}"]
-                argv = (*SACCTMGR, "add", "user", name, *sets, *_assign(want, {**ASSOC_FIELDS, **ASSOC_LIMITS}))
+                argv = (*SACCTMGR, "add", "user", name, *sets, *_assign(want, adding=True))
                 out.append(Change("add", "user", name, account, _delta({}, want), argv))
                 continue
             delta = _delta(have.settings, want)
             if delta:
                 where = ("where", f"name={name}", f"account={account}", f"cluster={cluster}")
-                argv = (*SACCTMGR, "modify", "user", *where, "set", *_assign(dict(_new(delta)), None))
+                argv = (*SACCTMGR, "modify", "user", *where, "set", *_assign(dict(_new(delta)), adding=False))
                 out.append(Change("modify", "user", name, account, delta, argv, _tighter(delta)))
         out += _user_record(name, u, live)
     return out
@@ -225,11 +226,11 @@ def _new(delta: Iterable[tuple[str, str, str]]) -> Iterable[tuple[str, str]]:
     return ((key, new) for key, _, new in delta)
 
 
-def _assign(values: Mapping[str, str], table: Mapping[str, Setting] | None) -> list[str]:
+def _assign(values: Mapping[str, str], *, adding: bool) -> list[str]:
     """KEY=VALUE words for sacctmgr; on a modify, an emptied setting is cleared (-1, or '' for lists)."""
     words = []
     for key, value in values.items():
-        if table is not None and value == "":
+        if adding and value == "":
             continue  # an add leaves unset what the blueprint does not set
         cleared = "" if key in ("QOS", "Preempt", "Flags", "DefaultQOS") else "-1"
         words.append(f"{key}={value if value != '' else cleared}")

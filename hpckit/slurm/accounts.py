@@ -3,14 +3,12 @@ in the comparable form hpckit/slurm_accounts.py gives every setting."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from hpckit.proc import Transport
 from hpckit.slurm_accounts import (
-    ASSOC_FIELDS,
-    ASSOC_LIMITS,
-    QOS_FIELDS,
-    QOS_LIMITS,
+    ASSOC_SETTINGS,
+    QOS_SETTINGS,
     AccountsError,
     Live,
     LiveAssoc,
@@ -19,8 +17,8 @@ from hpckit.slurm_accounts import (
     normal,
 )
 
-QOS_FORMAT = ("Name", *QOS_FIELDS, *QOS_LIMITS)
-ASSOC_FORMAT = ("Account", "User", "Partition", "ParentName", *ASSOC_FIELDS, *ASSOC_LIMITS)
+QOS_FORMAT = ("Name", *QOS_SETTINGS)
+ASSOC_FORMAT = ("Account", "User", "Partition", "ParentName", *ASSOC_SETTINGS)
 USER_FORMAT = ("User", "DefaultAccount", "AdminLevel")
 SHOW = ("sacctmgr", "--noheader", "--parsable2", "show")
 
@@ -48,12 +46,11 @@ def read_live(transport: Transport, cluster: str) -> Live:
 def parse_live(qos: str, assoc: str, user: str) -> Live:
     live = Live()
     for row in _rows(qos, QOS_FORMAT, "show qos"):
-        live.qos[row["Name"]] = LiveQos(row["Name"], _settings(row, {**QOS_FIELDS, **QOS_LIMITS}))
-    table = {**ASSOC_FIELDS, **ASSOC_LIMITS}
+        live.qos[row["Name"]] = LiveQos(row["Name"], _settings(row, QOS_SETTINGS))
     for row in _rows(assoc, ASSOC_FORMAT, "show assoc"):
         if row["Partition"]:
             continue  # per-partition associations are not hpckit's
-        found = LiveAssoc(row["Account"], row["User"], row["ParentName"], _settings(row, table))
+        found = LiveAssoc(row["Account"], row["User"], row["ParentName"], _settings(row, ASSOC_SETTINGS))
         if row["User"]:
             live.users[(row["User"], row["Account"])] = found
         else:
@@ -76,7 +73,7 @@ def _rows(text: str, fields: Sequence[str], what: str) -> list[dict[str, str]]:
     return rows
 
 
-def _settings(row: dict[str, str], table: dict[str, Setting]) -> dict[str, str]:
+def _settings(row: dict[str, str], table: Mapping[str, Setting]) -> dict[str, str]:
     try:
         return {key: normal(setting.kind, row[key]) for key, setting in table.items()}
     except (AccountsError, ValueError) as exc:
