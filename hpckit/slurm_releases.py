@@ -218,6 +218,7 @@ class ConfKey:
     plugins: Mapping[str, Span] = field(default_factory=dict)  # lower-cased plugin name -> span
     plugin_names: Mapping[str, str] = field(default_factory=dict)  # lower-cased -> as written
     plugin_list: bool = False
+    needs: Mapping[str, str] = field(default_factory=dict)  # key -> value it takes effect only with
     why: str = ""
 
     def problem(self, version: AsVersion) -> str | None:
@@ -277,6 +278,7 @@ def _conf_key(name: str, entry: Mapping[str, Any]) -> ConfKey:
         plugins={p.lower(): _span(spec or {}) for p, spec in plugins.items()},
         plugin_names={p.lower(): p for p in plugins},
         plugin_list=bool(entry.get("list")),
+        needs={str(k): str(v) for k, v in (entry.get("needs") or {}).items()},
         why=str(entry.get("why", "")),
     )
 
@@ -325,6 +327,25 @@ def _plugin_problem(key: ConfKey, token: str, version: Version) -> str | None:
     close = difflib.get_close_matches(full.lower(), [n.lower() for n in names], n=1, cutoff=0.6)
     hint = f"did you mean {close[0]!r}? " if close else ""
     return f"{key.name}: {token!r} is not a plugin of Slurm {version.series} ({hint}known: {', '.join(names)})"
+
+
+def needs_problems(conf: Mapping[str, object]) -> dict[str, str]:
+    """The keys of a slurm.conf (key -> value, any case) that take no effect in it, each with why: the table's
+    `needs` names a setting the conf does not have."""
+    values = {k.lower(): str(v).lower() for k, v in conf.items()}
+    out = {}
+    for name in conf:
+        key = conf_key(name)
+        if key is None:
+            continue
+        for need, value in key.needs.items():
+            have = values.get(need.lower())
+            if have != value.lower():
+                out[name] = (
+                    f"{key.name} takes effect only with {need}={value} ({key.why.split(':')[0]}); "
+                    f"this cluster's slurm.conf has {f'{need}={have}' if have else f'no {need}'}"
+                )
+    return out
 
 
 def apply_for(name: str, version: AsVersion) -> Apply:

@@ -6,19 +6,24 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 
 from hpckit.blueprint import parse_blueprint
 from hpckit.blueprint.models import AccountingSpec
 from hpckit.deploy.accounts import (
     AccountsRefused,
     Change,
+    Planned,
+    affected_jobs,
     apply_accounts,
     diff,
     parents_first,
+    plan_accounts,
     wanted_assoc,
     wanted_qos,
 )
-from hpckit.slurm.accounts import parse_live, show_commands
+from hpckit.deploy.accounts_export import export_accounting
+from hpckit.slurm.accounts import QueuedJob, parse_live, show_commands
 from hpckit.slurm_accounts import AccountsError, Live, LiveAssoc, LiveQos
 from tests.fakes import scripted
 from tests.test_blueprint import GOOD
@@ -158,13 +163,17 @@ def test_deletions_are_refused_while_jobs_run_or_wait() -> None:
     live_reads = fresh_reads()
     extra = "old||||1||normal|||||||||\nold|carol|||1||normal|||||||||\n"
     live_reads[1] = (0, live_reads[1][1] + extra, "")
-    controller = scripted({"sacctmgr": live_reads, "squeue": [(0, "old|carol|41\nvision|alice|42\n", "")]})
+    queue = "41|old|carol|normal|RUNNING\n42|vision|alice|normal|PENDING\n"
+    controller = scripted({"sacctmgr": live_reads, "squeue": [(0, queue, "")]})
     login = scripted({"getent": [(0, "x:x:1000:1000::/home/x:/bin/sh\n", "")]})
     with pytest.raises(
-        AccountsRefused, match=r"delete user carol in account old \(jobs 41\); delete account old \(jobs 41\)"
+        AccountsRefused,
+        match=r"delete user carol in account old \(jobs 41\); delete account old \(jobs 41\) \(deploy "
+        "--cancel-affected-jobs cancels them first\\)",
     ):
         apply_accounts(s, "t", controller, login)
     assert not any(w in ("add", "modify", "delete") for c in controller.calls for w in c)
+    assert ("squeue", "--noheader", "--all", "--states=R,PD,CG,S,CF", "--format=%i|%a|%u|%q|%T") in controller.calls
 
 
 def test_show_commands_ask_for_every_managed_setting() -> None:
@@ -246,3 +255,155 @@ def test_what_sacctmgr_shows_after_the_deploy_applied_it_matches() -> None:
     live = parse_live(read["qos"], read["assoc"], read["user"])
     assert diff(spec(owns=True), live, "acct").empty
     assert live.users[("alice", "vision")].settings["QOS"] == "high,low"  # inherited, and left alone
+
+
+def job(job_id: str, account: str, user: str, qos: str = "normal", state: str = "RUNNING") -> QueuedJob:
+    return QueuedJob(job_id, account, user, qos, state)
+
+
+def test_the_jobs_a_deletion_or_a_stricter_limit_reaches() -> None:
+    tree = {"research": "root", "vision": "research", "nlp": "research", "other": "root"}
+    jobs = [job("1", "vision", "alice", "high"), job("2", "nlp", "bob", state="PENDING"), job("3", "other", "carol")]
+    research = Change("delete", "account", "research", tightens=True)
+    assert [j.job_id for j in affected_jobs(research, jobs, tree)] == ["1", "2"]  # its sub-accounts' too
+    assert [j.job_id for j in affected_jobs(Change("delete", "qos", "high", tightens=True), jobs, tree)] == ["1"]
+    bob = Change("modify", "user", "bob", "nlp", (("MaxJobs", "", "1"),), tightens=True)
+    assert [j.job_id for j in affected_jobs(bob, jobs, tree)] == ["2"]
+    assert affected_jobs(Change("modify", "user", "bob", "vision", tightens=True), jobs, tree) == ()
+    assert affected_jobs(replace(bob, tightens=False), jobs, tree) == ()  # a looser limit reaches none
+
+
+def test_plan_reads_the_queue_only_when_a_change_tightens() -> None:
+    s = spec()
+    loose = scripted({"sacctmgr": fresh_reads()})  # a fresh cluster: only adds
+    assert not plan_accounts(s, "t", loose).jobs and all(c[0] == "sacctmgr" for c in loose.calls)
+    live_reads = fresh_reads()
+    live_reads[1] = (0, live_reads[1][1] + "old||||1||normal|||||||||\n", "")
+    queue = "41|old|root|normal|RUNNING\n42|vision|alice|normal|PENDING\n"
+    controller = scripted({"sacctmgr": live_reads, "squeue": [(0, queue, "")]})
+    planned = plan_accounts(spec(owns=True), "t", controller)
+    gone = next(c for c in planned.changes if c.action == "delete")
+    assert gone.name == "old" and [j.describe() for j in planned.jobs[gone]] == ["41 (root, running)"]
+
+
+def test_told_to_the_deletion_cancels_the_jobs_first_then_waits_for_them() -> None:
+    live_reads = fresh_reads()
+    live_reads[1] = (0, live_reads[1][1] + "old||||1||normal|||||||||\n", "")
+    after = [(0, (SLURM / f"sacctmgr-show-{k}-hpckit-format-slurm22.05-lab-default.txt").read_text(), "")
+             for k in ("qos", "assoc", "user")]  # fmt: skip
+    s = AccountingSpec(owns_tree=True)
+    controller = scripted(
+        {
+            "sacctmgr": [*live_reads, (0, "", ""), *after],
+            "squeue": [(0, "41|old|root|normal|RUNNING\n", ""), (0, "41\n", ""), (1, "", "Invalid job id")],
+            "scancel": [(0, "", "")],
+        }
+    )
+    login = scripted({})
+    applied = apply_accounts(s, "t", controller, login, cancel_jobs=True)
+    assert applied.cancelled == ("41",)
+    programs = [c[0] if c[0] != "sacctmgr" else next(w for w in c if w in ("show", "delete")) for c in controller.calls]
+    assert programs == [
+        "show",
+        "show",
+        "show",
+        "squeue",
+        "scancel",
+        "squeue",
+        "squeue",
+        "delete",
+        "show",
+        "show",
+        "show",
+    ]
+
+
+RECORDED_EXPORT = """\
+accounting:
+  qos:
+    high:
+      priority: 100
+      preempt: [low]
+      flags: [DenyOnLimit]
+      limits: {MaxWall: 2-00:00:00, MaxTRESPerUser: gres/gpu=8}
+    low:
+      priority: 10
+      limits: {MaxJobsPerUser: 2}
+  accounts:
+    research: {fairshare: 100}
+    nlp: {parent: research, fairshare: 40}
+    vision:
+      parent: research
+      fairshare: 60
+      default_qos: low
+      qos: [high, low]
+      limits: {GrpTRES: "cpu=64,mem=524288"}
+  users:
+    alice:
+      default_account: vision
+      accounts: [vision, nlp]
+      limits: {MaxJobs: 1}
+    bob: {default_account: nlp, admin: operator}
+"""
+
+
+def test_the_export_of_a_live_tree_deploys_as_no_change() -> None:
+    read = {k: (SLURM / f"sacctmgr-show-{k}-hpckit-format-slurm22.05-lab-applied.txt").read_text()
+            for k in ("qos", "assoc", "user")}  # fmt: skip
+    live = parse_live(read["qos"], read["assoc"], read["user"])
+    exported = export_accounting(live)
+    assert exported.notes == ()
+    assert exported.accounting == yaml.safe_load(RECORDED_EXPORT)["accounting"]
+    text = yaml.safe_dump({"accounting": exported.accounting}, sort_keys=False)
+    found = parse_blueprint(GOOD + text, "bp.yaml").accounting
+    assert found is not None and diff(found.model_copy(update={"owns_tree": True}), live, "acct").empty
+
+
+def test_a_fresh_cluster_exports_nothing_and_what_the_blueprint_cannot_say_is_named() -> None:
+    assert export_accounting(recorded_live()).accounting == {"qos": {}, "accounts": {}, "users": {}}
+    live = recorded_live()
+    live.accounts["a"] = LiveAssoc("a", "", "root", {"Fairshare": "1"})
+    live.accounts["b"] = LiveAssoc("b", "", "root", {"Fairshare": "1"})
+    live.users[("carol", "a")] = LiveAssoc("a", "carol", "", {"Fairshare": "1", "MaxJobs": "2"})
+    live.users[("carol", "b")] = LiveAssoc("b", "carol", "", {"Fairshare": "1", "MaxJobs": "5"})
+    live.users[("dave", "root")] = LiveAssoc("root", "dave", "", {"Fairshare": "1"})
+    live.default_accounts.update(carol="b", dave="root")
+    exported = export_accounting(live)
+    assert exported.accounting["users"] == {
+        "carol": {"default_account": "b", "accounts": ["b", "a"], "limits": {"MaxJobs": 5}}
+    }
+    assert [n.split(":")[0] for n in exported.notes] == ["user carol", "user dave"]
+    assert "differs from the one in b" in exported.notes[0] and "root account is left out" in exported.notes[1]
+
+
+def test_accounts_export_writes_a_section_a_blueprint_takes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    import hpckit.jobs.submit
+    from hpckit.cli import cli
+
+    read = [(0, (SLURM / f"sacctmgr-show-{k}-hpckit-format-slurm22.05-lab-applied.txt").read_text(), "")
+            for k in ("qos", "assoc", "user")]  # fmt: skip
+    fake = scripted({"sacctmgr": read})
+    monkeypatch.setattr(hpckit.jobs.submit, "transport_for", lambda cluster: fake)
+    out = tmp_path / "accounting.yaml"
+    result = CliRunner().invoke(cli, ["accounts", "export", "--cluster", "acct", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert fake.calls[1][:7] == ("sacctmgr", "--noheader", "--parsable2", "show", "assoc", "where", "cluster=acct")
+    bp = parse_blueprint(GOOD + out.read_text(), "bp.yaml")
+    assert bp.accounting is not None and set(bp.accounting.users) == {"alice", "bob"}
+    assert not any(w in ("add", "modify", "delete") for c in fake.calls for w in c)
+
+
+def test_planned_lines_show_each_command_and_the_jobs_it_reaches() -> None:
+    from hpckit.cli.accounts import planned_json, planned_lines
+
+    gone = Change("delete", "account", "old", argv=("sacctmgr", "--immediate", "delete", "account"), tightens=True)
+    planned = Planned((gone,), ("qos x",), {gone: (job("41", "old", "bob"),)})
+    assert planned_lines(planned) == [
+        "delete account old  (may hold or stop jobs)",
+        "    sacctmgr --immediate delete account",
+        "    affects 1 job(s): 41 (bob, running)",
+        "not in the blueprint, left alone: qos x",
+    ]
+    assert planned_json(planned)["changes"][0]["jobs"][0]["job_id"] == "41"  # type: ignore[index]

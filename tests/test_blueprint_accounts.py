@@ -119,7 +119,7 @@ bodies = st.dictionaries(
     max_size=5,
 )  # fmt: skip
 trees = st.dictionaries(
-    st.sampled_from(["qos", "accounts", "users", "owns_tree", "other"]),
+    st.sampled_from(["qos", "accounts", "users", "owns_tree", "priority", "other"]),
     st.one_of(values, st.dictionaries(names, st.one_of(bodies, values), max_size=4)),
     max_size=4,
 )
@@ -137,3 +137,58 @@ def test_fuzzed_trees_give_located_errors_never_a_traceback(tree: dict[str, obje
             assert re.match(r"^bp\.yaml:\d+:\d+: \S.*: .+", line), line
     else:
         assert isinstance(result, Blueprint)
+
+
+PRIORITY = """\
+  priority:
+    weights: {fairshare: 50000, qos: 20000, age: 0}
+    decay_half_life: 14-0
+"""
+
+
+def test_priority_weights_reach_slurm_conf_once_accounts_are_declared() -> None:
+    from hpckit.clusters import SshAccess
+    from hpckit.deploy.playvars import build_vars
+    from hpckit.deploy.render import Inventory, host_context, render
+
+    bp = parse_blueprint(GOOD + ACCOUNTING + PRIORITY, "bp.yaml")
+    inventory, extravars = build_vars(bp, SshAccess("root"))
+    assert extravars["slurm_priority"] == {
+        "PriorityWeightFairshare": 50000, "PriorityWeightQOS": 20000, "PriorityWeightAge": 0,
+        "PriorityWeightJobSize": 0, "PriorityWeightPartition": 0, "PriorityWeightAssoc": 0,
+        "PriorityDecayHalfLife": "14-0",
+    }  # fmt: skip
+    host = bp.controller.host
+    conf = render("slurm_common", "slurm.conf.j2", host_context(Inventory(inventory), extravars, host, "slurm"))
+    lines = conf.splitlines()
+    for wanted in ("PriorityType=priority/multifactor", "PriorityWeightFairshare=50000", "PriorityWeightAge=0",
+                   "PriorityDecayHalfLife=14-0", "AccountingStorageEnforce=associations,limits,qos,safe"):  # fmt: skip
+        assert wanted in lines, wanted
+    plain = parse_blueprint(GOOD, "bp.yaml")
+    inventory, extravars = build_vars(plain, SshAccess("root"))
+    conf = render("slurm_common", "slurm.conf.j2", host_context(Inventory(inventory), extravars, host, "slurm"))
+    assert "Priority" not in conf and "AccountingStorageEnforce" not in conf and "slurm_priority" not in extravars
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "says"),
+    [
+        ("accounting:\n" + PRIORITY, "accounting.priority",
+         "PriorityWeight", ),
+        ("slurm:\n  conf: {PriorityWeightAge: 100}\n", "slurm.conf.PriorityWeightAge",
+         "takes effect only with PriorityType=priority/multifactor (man2411); this cluster's slurm.conf has no "
+         "PriorityType"),
+        ("slurm:\n  conf: {PriorityType: priority/basic}\n" + ACCOUNTING, "accounting.priority",
+         "has PriorityType=priority/basic"),
+        ("accounting:\n  priority: {decay_half_life: a week}\n", "accounting.priority.decay_half_life",
+         "is not a duration"),
+    ],
+)  # fmt: skip
+def test_priority_keys_that_would_take_no_effect_are_located(text: str, where: str, says: str) -> None:
+    lines = located(GOOD + text)
+    assert any(where in line and says in line for line in lines), lines
+
+
+def test_priority_overrides_with_multifactor_are_taken() -> None:
+    bp = parse_blueprint(GOOD + "slurm:\n  conf: {PriorityType: priority/multifactor, PriorityWeightAge: 5}\n", "b")
+    assert bp.slurm.conf["PriorityWeightAge"] == 5

@@ -17,7 +17,7 @@ from hpckit.blueprint.install import install_problems
 from hpckit.blueprint.models import expand_hosts
 from hpckit.blueprint.release import raw_slurm_release
 from hpckit.blueprint.source import Located
-from hpckit.slurm_releases import Version, key_problem, value_problems
+from hpckit.slurm_releases import Version, key_problem, needs_problems, value_problems
 
 
 def _items(data: Any, key: str) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -58,6 +58,7 @@ class _Checker:
         self._filesystems(compute)
         self._addresses_unique()
         self._slurm_conf()
+        self._conf_needs()
         self._configless()
         self._auth()
         for path, message in install_problems(self.data, self.declared_hosts(compute)):
@@ -187,6 +188,26 @@ class _Checker:
             self._conf_entry(str(key), value, release)
         for path, message in topology_problems(self.data, release):
             self.add(path, message)
+
+    def _conf_needs(self) -> None:
+        """Keys that would take no effect in the cluster's slurm.conf (the release table's `needs`): hpckit's
+        own priority keys, written once accounts are declared, and the blueprint's overrides over them."""
+        slurm, accounting = self.data.get("slurm"), self.data.get("accounting")
+        conf = slurm.get("conf") if isinstance(slurm, dict) else None
+        conf = conf if isinstance(conf, dict) else {}
+        accounting = accounting if isinstance(accounting, dict) else {}
+        declares = any(accounting.get(k) for k in ("qos", "accounts", "users"))
+        own: dict[str, object] = {"PriorityType": "priority/multifactor"} if declares else {}
+        if declares or isinstance(accounting.get("priority"), dict):  # its keys; the model checks the values
+            own.update(dict.fromkeys(("PriorityWeightFairshare", "PriorityWeightQOS"), 1))
+        effective = {**own, **{str(k): v for k, v in conf.items()}}
+        for key, message in needs_problems(effective).items():
+            if key in conf:
+                self.add(("slurm", "conf", key), message)
+            elif key in own:
+                self.add(
+                    ("accounting", "priority"), f"{message}: hpckit writes it once accounts, users or QOS are declared"
+                )
 
     def _configless(self) -> None:
         """Configless mode with GPU nodes: slurmctld serves one gres.conf to every node, while hpckit writes a

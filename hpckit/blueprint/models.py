@@ -650,6 +650,50 @@ class AccountUser(_Association):
         return self.accounts or [self.default_account]
 
 
+class PriorityWeights(Strict):
+    """priority/multifactor's weights (PriorityWeight*): how much each factor counts in a job's priority."""
+
+    fairshare: int = Field(10000, ge=0, le=4_294_967_295, description="PriorityWeightFairshare")
+    qos: int = Field(10000, ge=0, le=4_294_967_295, description="PriorityWeightQOS")
+    age: int = Field(1000, ge=0, le=4_294_967_295, description="PriorityWeightAge")
+    job_size: int = Field(0, ge=0, le=4_294_967_295, description="PriorityWeightJobSize")
+    partition: int = Field(0, ge=0, le=4_294_967_295, description="PriorityWeightPartition")
+    assoc: int = Field(0, ge=0, le=4_294_967_295, description="PriorityWeightAssoc")
+
+
+class PrioritySpec(Strict):
+    """How jobs of a cluster with declared accounts are ordered (slurm.conf's priority/multifactor keys)."""
+
+    weights: PriorityWeights = PriorityWeights()
+    decay_half_life: str | None = Field(None, description="PriorityDecayHalfLife, e.g. 7-0 (Slurm's default)")
+    max_age: str | None = Field(None, description="PriorityMaxAge: the age at which the age factor is full")
+
+    @field_validator("decay_half_life", "max_age")
+    @classmethod
+    def _duration(cls, value: str | None) -> str | None:
+        problem = setting_problem("duration", value) if value is not None else None
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    def conf(self) -> dict[str, int | str]:
+        """The slurm.conf keys and values, in the release table's names."""
+        w = self.weights
+        out: dict[str, int | str] = {
+            "PriorityWeightFairshare": w.fairshare,
+            "PriorityWeightQOS": w.qos,
+            "PriorityWeightAge": w.age,
+            "PriorityWeightJobSize": w.job_size,
+            "PriorityWeightPartition": w.partition,
+            "PriorityWeightAssoc": w.assoc,
+        }
+        if self.decay_half_life is not None:
+            out["PriorityDecayHalfLife"] = self.decay_half_life
+        if self.max_age is not None:
+            out["PriorityMaxAge"] = self.max_age
+        return out
+
+
 class AccountingSpec(Strict):
     """Accounts, users and QOS as code: `hpckit deploy` makes sacctmgr's state match them."""
 
@@ -660,6 +704,9 @@ class AccountingSpec(Strict):
     qos: dict[DbName, Qos] = Field(default_factory=dict)
     accounts: dict[DbName, Account] = Field(default_factory=dict)
     users: dict[UserName, AccountUser] = Field(default_factory=dict)
+    priority: PrioritySpec = Field(
+        PrioritySpec(), description="priority/multifactor's weights, which apply once anything is declared"
+    )
 
     @property
     def declares(self) -> bool:

@@ -14,6 +14,7 @@ from rich.console import Console
 from hpckit.blueprint import Blueprint, load_blueprint
 from hpckit.blueprint.models import LabProvider, VmProvider
 from hpckit.blueprint.release import slurm_release_of
+from hpckit.cli.accounts import planned_json, planned_lines
 from hpckit.cli.blueprint import site_option
 from hpckit.deploy.apply import DeployOptions, DeployResult, deploy, installable, plan
 from hpckit.deploy.changes import overall, plan_changes
@@ -41,6 +42,12 @@ def _load(path: Path, site_files: tuple[Path, ...]) -> Blueprint:
 @click.option("--quiet", "-q", is_flag=True, help="no progress display")
 @click.option("--verify", is_flag=True, help="then prove every node's allreduce and each partition's fabric")
 @click.option("--verify-timeout", default=600.0, show_default=True, help="time box of --verify, seconds")
+@click.option(
+    "--cancel-affected-jobs",
+    is_flag=True,
+    help="an `accounting:` deletion whose account, user or QOS has jobs running or waiting cancels those jobs "
+    "first (without it the deploy refuses the deletion)",
+)
 def deploy_cmd(
     blueprint: Path,
     site_files: tuple[Path, ...],
@@ -50,13 +57,15 @@ def deploy_cmd(
     quiet: bool,
     verify: bool,
     verify_timeout: float,
+    cancel_affected_jobs: bool,
 ) -> None:
     """Build (or converge) the cluster a blueprint describes; a lab blueprint brings the lab up first."""
     bp = _load(blueprint, site_files)
     console = Console(stderr=as_json)
     tracker = Tracker()
     with Progress(tracker, console, enabled=not quiet) as progress:
-        result = deploy(bp, tracker, progress, DeployOptions(limit=limit, join_timeout=join_timeout))
+        opts = DeployOptions(limit=limit, join_timeout=join_timeout, cancel_affected_jobs=cancel_affected_jobs)
+        result = deploy(bp, tracker, progress, opts)
     if not as_json:
         _print_summary(console, result)
     verified = _verify(bp, result, verify_timeout, quiet, as_json) if verify and result.ok else None
@@ -92,6 +101,8 @@ def _print_summary(console: Console, result: DeployResult) -> None:
     for note in result.tracker.notes:
         console.print(f"note: {note}", highlight=False, markup=False)
     if result.accounts is not None:
+        if result.accounts.cancelled:
+            console.print(f"accounting: cancelled jobs {', '.join(result.accounts.cancelled)}", highlight=False)
         for change in result.accounts.changes:
             console.print(f"accounting: {change.describe()}", highlight=False, markup=False)
         for what in result.accounts.unmanaged:
@@ -132,7 +143,7 @@ def plan_cmd(blueprint: Path, site_files: tuple[Path, ...], as_json: bool) -> No
     release = running_release(bp.cluster_name) or named
     changes = plan_changes(tracker.diffs, release)
     if as_json:
-        report = {
+        report: dict[str, object] = {
             "status": result.outcome.status,
             "slurm_release": release.series,
             "action": overall(changes).label,
@@ -141,6 +152,9 @@ def plan_cmd(blueprint: Path, site_files: tuple[Path, ...], as_json: bool) -> No
             "diffs": [d.__dict__ for d in tracker.diffs],
             "failures": [str(f) for f in tracker.failures],
         }
+        if result.accounts is not None or result.accounts_error:
+            accounting = planned_json(result.accounts) if result.accounts is not None else {}
+            report["accounting"] = {**accounting, "error": result.accounts_error}
         click.echo(json.dumps(report))
     else:
         _print_diffs(tracker.diffs)
@@ -153,9 +167,14 @@ def plan_cmd(blueprint: Path, site_files: tuple[Path, ...], as_json: bool) -> No
             if release.series != named.series:
                 which += f" running; the blueprint names {named.series}"
             click.echo(f"applying this plan needs: {overall(changes).label} (Slurm {which})")
+        if result.accounts is not None:
+            for line in planned_lines(result.accounts) or ["no changes"]:
+                click.echo(f"accounting: {line}")
         for failure in tracker.failures:
             click.echo(f"cannot plan {failure}", err=True)
-    sys.exit(0 if tracker.ok else 1)
+    if result.accounts_error:
+        click.echo(f"cannot plan accounting: {result.accounts_error}", err=True)
+    sys.exit(0 if tracker.ok and not result.accounts_error else 1)
 
 
 def _print_diffs(diffs: list[ConfigDiff]) -> None:

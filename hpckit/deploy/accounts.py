@@ -11,6 +11,7 @@ root account and root's association in it) are never removed.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -18,7 +19,7 @@ from typing import Literal
 from hpckit.blueprint.models import Account, AccountingSpec, AccountUser, Qos
 from hpckit.errors import HpckitError
 from hpckit.proc import Transport
-from hpckit.slurm.accounts import read_live
+from hpckit.slurm.accounts import QueuedJob, read_live, read_queue
 from hpckit.slurm_accounts import ASSOC_LIMITS, ASSOC_SETTINGS, QOS_LIMITS, QOS_SETTINGS, Live, LiveQos, Setting, normal
 
 Action = Literal["add", "modify", "delete"]
@@ -255,6 +256,49 @@ def _smaller(new: str, old: str) -> bool:
     return any(k not in olds or int(v) < int(olds[k]) for k, v in news.items() if v.isdigit())
 
 
+def affected_jobs(change: Change, jobs: Iterable[QueuedJob], tree: Mapping[str, str]) -> tuple[QueuedJob, ...]:
+    """The running and pending jobs a deletion or a stricter limit reaches: a QOS's jobs; an account's and its
+    sub-accounts' (`tree`: account -> parent); a user's in that account. None for other changes."""
+    if not change.tightens:
+        return ()
+    if change.kind == "qos":
+        return tuple(j for j in jobs if j.qos == change.name)
+    if change.kind == "user":
+        return tuple(j for j in jobs if j.user == change.name and change.account in ("", j.account))
+    return tuple(j for j in jobs if _under(j.account, change.name, tree))
+
+
+def _under(account: str, top: str, tree: Mapping[str, str]) -> bool:
+    seen = set()
+    while account and account not in seen:
+        if account == top:
+            return True
+        seen.add(account)
+        account = tree.get(account, "")
+    return False
+
+
+@dataclass(frozen=True)
+class Planned:
+    """The changes, what is left alone, and for each change that may hold or stop jobs the jobs it reaches."""
+
+    changes: tuple[Change, ...]
+    unmanaged: tuple[str, ...]
+    jobs: Mapping[Change, tuple[QueuedJob, ...]]
+
+
+def plan_accounts(spec: AccountingSpec, cluster: str, controller: Transport) -> Planned:
+    """What `hpckit deploy` would run, read from the cluster (sacctmgr, and squeue when a change tightens)."""
+    live = read_live(controller, cluster)
+    found = diff(spec, live, cluster)
+    tightening = [c for c in found.changes if c.tightens]
+    queue = read_queue(controller) if tightening else []
+    tree = {name: a.parent for name, a in live.accounts.items()}
+    tree.update({name: a.parent or "root" for name, a in spec.accounts.items() if name not in tree})
+    jobs = {c: hit for c in tightening if (hit := affected_jobs(c, queue, tree))}
+    return Planned(found.changes, found.unmanaged, jobs)
+
+
 class AccountsRefused(HpckitError):
     """The accounts were left as they are: a change would hurt jobs, or names a user the hosts do not know."""
 
@@ -265,25 +309,44 @@ class AccountsRefused(HpckitError):
 class Applied:
     changes: tuple[Change, ...]
     unmanaged: tuple[str, ...]
+    cancelled: tuple[str, ...] = ()  # job ids cancelled first, as told (cancel_jobs)
 
 
-def apply_accounts(spec: AccountingSpec, cluster: str, controller: Transport, login: Transport) -> Applied:
+def apply_accounts(
+    spec: AccountingSpec, cluster: str, controller: Transport, login: Transport, *, cancel_jobs: bool = False
+) -> Applied:
     """Make slurmdbd's accounts, users and QOS the blueprint's; refused before any change when a user to
-    add has no Unix account on the login node (its jobs would bounce) or a deletion would take an account or
-    a user's association from jobs that run or wait. Read back after: what did not take is an error."""
-    found = diff(spec, read_live(controller, cluster), cluster)
-    _refuse(found.changes, controller, login)
-    for change in found.changes:
+    add has no Unix account on the login node (its jobs would bounce) or a deletion would take an account, a
+    user's association or a QOS from jobs that run or wait, unless `cancel_jobs` says to cancel those jobs first
+    (sacctmgr itself refuses to delete an association with active jobs). Read back after: what did not take
+    is an error."""
+    planned = plan_accounts(spec, cluster, controller)
+    _refuse_unknown_users(planned.changes, login)
+    doomed = {c: jobs for c, jobs in planned.jobs.items() if c.action == "delete"}
+    if doomed and not cancel_jobs:
+        hit = [f"{c.describe()} (jobs {_ids(jobs)})" for c, jobs in doomed.items()]
+        raise AccountsRefused(
+            "accounting: deletions refused while jobs run or wait: " + "; ".join(hit) + " (deploy "
+            "--cancel-affected-jobs cancels them first)"
+        )
+    cancelled = sorted({j.job_id for jobs in doomed.values() for j in jobs})
+    if cancelled:
+        _cancel(cancelled, controller)
+    for change in planned.changes:
         done = controller.run(list(change.argv), timeout=60)
         if not done.ok:
             raise HpckitError(f"accounting: {change.describe()}: {done.describe()}")
     again = diff(spec, read_live(controller, cluster), cluster)
     if again.changes:
         raise HpckitError(f"accounting: sacctmgr did not take: {'; '.join(c.describe() for c in again.changes)}")
-    return Applied(found.changes, found.unmanaged)
+    return Applied(planned.changes, planned.unmanaged, tuple(cancelled))
 
 
-def _refuse(changes: Sequence[Change], controller: Transport, login: Transport) -> None:
+def _ids(jobs: Sequence[QueuedJob]) -> str:
+    return ", ".join(j.job_id for j in jobs[:5]) + (" ..." if len(jobs) > 5 else "")
+
+
+def _refuse_unknown_users(changes: Sequence[Change], login: Transport) -> None:
     new_users = sorted({c.name for c in changes if c.kind == "user" and c.action == "add"})
     missing = [u for u in new_users if not login.run(["getent", "passwd", u], timeout=30).ok]
     if missing:
@@ -291,17 +354,16 @@ def _refuse(changes: Sequence[Change], controller: Transport, login: Transport) 
             f"accounting: no Unix account on {login.where} for {', '.join(missing)}: an association made "
             "before the user exists sends every job of that user back; create the users first"
         )
-    deletions = [c for c in changes if c.action == "delete" and c.kind in ("account", "user")]
-    if not deletions:
-        return
-    queue = controller.run(["squeue", "--noheader", "--states=R,PD,CG,S", "--format=%a|%u|%i"], timeout=60)
-    if not queue.ok:
-        raise HpckitError(f"accounting: cannot tell which jobs a deletion would affect: {queue.describe()}")
-    jobs = [line.split("|") for line in queue.stdout.splitlines() if line.count("|") == 2]
-    hit = []
-    for c in deletions:
-        ids = [j for a, u, j in jobs if a == (c.account or c.name) and (c.kind == "account" or u == c.name)]
-        if ids:
-            hit.append(f"{c.describe()} (jobs {', '.join(ids[:5])}{' ...' if len(ids) > 5 else ''})")
-    if hit:
-        raise AccountsRefused("accounting: deletions refused while jobs run or wait: " + "; ".join(hit))
+
+
+def _cancel(job_ids: Sequence[str], controller: Transport, wait_s: float = 120) -> None:
+    """scancel, then wait until the jobs left the queue (sacctmgr refuses while they are still completing)."""
+    controller.run(["scancel", *job_ids], timeout=60).check()
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = controller.run(["squeue", "--noheader", "--format=%i", "--jobs", ",".join(job_ids)], timeout=60)
+        if not left.stdout.strip():  # squeue exits 1 once every job id it was given is gone
+            return
+        if time.monotonic() > deadline:
+            raise HpckitError(f"accounting: jobs {left.stdout.split()} still in the queue {wait_s:.0f} s after scancel")
+        time.sleep(2)

@@ -13,7 +13,7 @@ from typing import Any
 from hpckit import __version__
 from hpckit.blueprint.models import Blueprint, LabProvider
 from hpckit.clusters import BLUEPRINT, INVENTORY, VERSIONS, ClusterAccess, ClusterDir
-from hpckit.deploy.accounts import Applied, apply_accounts
+from hpckit.deploy.accounts import Applied, Planned, apply_accounts, plan_accounts
 from hpckit.deploy.build_record import install_record
 from hpckit.deploy.events import Tracker, apt_reason_lost, explain_failures
 from hpckit.deploy.inventory import host_entries
@@ -36,6 +36,7 @@ class DeployOptions:
     join_timeout: float = 120.0
     record_root: Path | None = None
     forks: int = 50
+    cancel_affected_jobs: bool = False  # an accounts deletion cancels its jobs first instead of being refused
 
 
 @dataclass
@@ -101,20 +102,20 @@ def deploy(bp: Blueprint, tracker: Tracker, sink: EventSink, opts: DeployOptions
         _timed(timings, "join", t2)
         if bp.accounting is not None and bp.accounting.declares:
             t3 = time.monotonic()
-            _apply_accounts(bp, target, result)
+            _apply_accounts(bp, target, result, opts.cancel_affected_jobs)
             _timed(timings, "accounts", t3)
     _timed(timings, "total", t0)
     _finish_record(bp, target, result)
     return result
 
 
-def _apply_accounts(bp: Blueprint, target: Target, result: DeployResult) -> None:
+def _apply_accounts(bp: Blueprint, target: Target, result: DeployResult, cancel_jobs: bool) -> None:
     """sacctmgr on the controller (where slurmdbd answers once the playbook ran), users checked on the login
     node; a refusal or a failed command fails the deploy with its reason, the cluster otherwise converged."""
     assert bp.accounting is not None
     controller, login = target.transport(bp.controller.host), target.transport(bp.login[0].host)
     try:
-        result.accounts = apply_accounts(bp.accounting, bp.cluster_name, controller, login)
+        result.accounts = apply_accounts(bp.accounting, bp.cluster_name, controller, login, cancel_jobs=cancel_jobs)
     except HpckitError as exc:
         result.accounts_error = str(exc)
     finally:
@@ -136,12 +137,14 @@ def start_record(
     return record
 
 
-@dataclass(frozen=True)
+@dataclass
 class PlanResult:
     outcome: RunOutcome
     # Lab hosts whose machine does not run yet (added to the blueprint): deploy starts them and builds
     # them from scratch; the check run leaves them out, as there is nothing on them to compare with.
     new_hosts: tuple[str, ...] = ()
+    accounts: Planned | None = None  # the blueprint's `accounting:` against slurmdbd's, when it declares any
+    accounts_error: str = ""
 
 
 def plan(bp: Blueprint, tracker: Tracker, sink: EventSink) -> PlanResult:
@@ -160,7 +163,16 @@ def plan(bp: Blueprint, tracker: Tracker, sink: EventSink) -> PlanResult:
     outcome = run_playbook(
         inventory, extravars, PlaybookRun(check=True, diff=True, limit=limit, fact_cache=facts), sink
     )
-    return PlanResult(outcome, new)
+    result = PlanResult(outcome, new)
+    if bp.accounting is not None and bp.accounting.declares and bp.controller.host not in new:
+        controller = target.transport(bp.controller.host)
+        try:
+            result.accounts = plan_accounts(bp.accounting, bp.cluster_name, controller)
+        except (HpckitError, ValueError) as exc:  # AccountsError is a ValueError: an answer it cannot read
+            result.accounts_error = str(exc)
+        finally:
+            controller.close()
+    return result
 
 
 def playbook_vars(bp: Blueprint, target: Target) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -287,6 +299,7 @@ def _accounts_json(result: DeployResult) -> dict[str, Any]:
     return {
         "changes": [c.describe() for c in applied.changes] if applied else [],
         "unmanaged": list(applied.unmanaged) if applied else [],
+        "cancelled_jobs": list(applied.cancelled) if applied else [],
         "error": result.accounts_error,
     }
 

@@ -187,7 +187,11 @@ def build_extravars(bp: Blueprint) -> dict[str, Any]:
         "slurm_controller_addr": addr[bp.controller.host] or bp.controller.host,
         "slurm_accounting": bp.slurm.accounting,
         # only where the blueprint declares accounts: every other cluster's slurm.conf stays as it is
-        **({"slurm_accounts_enforced": True} if bp.accounting and bp.accounting.declares else {}),
+        **(
+            {"slurm_accounts_enforced": True, "slurm_priority": bp.accounting.priority.conf()}
+            if bp.accounting and bp.accounting.declares
+            else {}
+        ),
         "slurm_dbd_host": bp.controller.host,
         "slurm_auth": bp.slurm.auth,
         "slurm_configless": bp.slurm.configless,

@@ -1,9 +1,11 @@
 """The live accounts, users and QOS, read with `sacctmgr --noheader --parsable2 show ...` (three commands),
-in the comparable form hpckit/slurm_accounts.py gives every setting."""
+in the comparable form hpckit/slurm_accounts.py gives every setting; and the queue's jobs by account, user
+and QOS (which jobs a change affects)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from hpckit.proc import Transport
 from hpckit.slurm_accounts import (
@@ -78,3 +80,40 @@ def _settings(row: dict[str, str], table: Mapping[str, Setting]) -> dict[str, st
         return {key: normal(setting.kind, row[key]) for key, setting in table.items()}
     except (AccountsError, ValueError) as exc:
         raise AccountsError(f"sacctmgr printed a value hpckit cannot read: {exc}: {row}") from None
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    """A job in the queue as an accounts change sees it: whose it is and under which QOS."""
+
+    job_id: str
+    account: str
+    user: str
+    qos: str
+    state: str
+
+    def describe(self) -> str:
+        return f"{self.job_id} ({self.user}, {self.state.lower()})"
+
+
+# Every job that holds or waits for resources, whatever partition hides it (--all).
+QUEUE = ("squeue", "--noheader", "--all", "--states=R,PD,CG,S,CF", "--format=%i|%a|%u|%q|%T")
+
+
+def read_queue(transport: Transport) -> list[QueuedJob]:
+    done = transport.run(list(QUEUE), timeout=60)
+    if not done.ok:
+        raise AccountsError(f"cannot tell which jobs the accounts changes affect: {done.describe()}")
+    return parse_queue(done.stdout)
+
+
+def parse_queue(text: str) -> list[QueuedJob]:
+    jobs = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        fields = line.strip().split("|")
+        if len(fields) != 5:
+            raise AccountsError(f"squeue, line {number}: {len(fields)} fields, 5 asked: {line!r}")
+        jobs.append(QueuedJob(*fields))
+    return jobs
