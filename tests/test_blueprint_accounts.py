@@ -61,8 +61,8 @@ def test_a_declared_tree_validates() -> None:
          "accounting.users.alice.default_account", "'vision' is not one of the user's accounts"),
         ("bob: {default_account: nlp", "bob: {default_account: ops", "accounting.users.bob.default_account",
          "account 'ops' is not declared"),
-        ("default_qos: low", "default_qos: normal", "accounting.accounts.vision.default_qos",
-         "QOS 'normal' is not declared"),
+        ("default_qos: low", "default_qos: urgent", "accounting.accounts.vision.default_qos",
+         "QOS 'urgent' is not declared"),
         ("qos: [low, high], default_qos: low", "qos: [high], default_qos: low",
          "accounting.accounts.vision.default_qos", "not in its qos list"),
         ("preempt: [low]", "preempt: [high]", "accounting.qos.high.preempt[0]", "cannot preempt itself"),
@@ -84,6 +84,12 @@ def test_each_mistake_is_located(old: str, new: str, where: str, says: str) -> N
     assert old in text
     lines = located(text.replace(old, new, 1))
     assert any(where in line and says in line for line in lines), lines
+
+
+def test_slurm_s_own_normal_qos_is_named_without_being_declared() -> None:
+    text = GOOD + ACCOUNTING.replace("qos: [low, high], default_qos: low", "qos: [normal, high], default_qos: normal")
+    bp = parse_blueprint(text.replace("preempt: [low]", "preempt: [low, normal]"), "bp.yaml")
+    assert bp.accounting is not None and bp.accounting.accounts["vision"].qos == ["normal", "high"]
 
 
 def test_accounts_need_accounting_on() -> None:

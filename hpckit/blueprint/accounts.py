@@ -34,20 +34,21 @@ def accounts_problems(data: Any, gres: frozenset[str]) -> list[tuple[Path_, str]
     if slurm.get("accounting") is False:
         found.append((("accounting",), "accounts, users and QOS live in slurmdbd: set slurm.accounting: true"))
     qos, accounts, users = (_mapping(spec.get(k)) for k in ("qos", "accounts", "users"))
-    found += _qos(qos, gres)
-    found += _accounts(accounts, set(qos), gres)
-    found += _users(users, set(accounts), set(qos), gres)
+    known = {*qos, "normal"}  # Slurm's own default QOS, there on every cluster: named without being declared
+    found += _qos(qos, known, gres)
+    found += _accounts(accounts, known, gres)
+    found += _users(users, set(accounts), known, gres)
     return found
 
 
-def _qos(qos: dict[str, Any], gres: frozenset[str]) -> Problems:
+def _qos(qos: dict[str, Any], known: set[str], gres: frozenset[str]) -> Problems:
     for name, body in qos.items():
         path: Path_ = ("accounting", "qos", name)
         item = _mapping(body)
         for i, other in _names(item.get("preempt")):
             if other == name:
                 yield (*path, "preempt", i), f"QOS {name!r} cannot preempt itself"
-            elif other not in qos:
+            elif other not in known:
                 yield (*path, "preempt", i), f"QOS {other!r} is not declared under accounting.qos"
         yield from _tres(path, item, QOS_LIMITS, gres)
 
