@@ -151,11 +151,22 @@ def fresh_reads() -> list[tuple[int, str, str]]:
 
 
 def test_users_without_a_unix_account_are_refused_before_any_change() -> None:
-    controller = scripted({"sacctmgr": fresh_reads()}, where="ctl")
+    controller = scripted(
+        {"sacctmgr": fresh_reads(), "getent": [(0, "alice:x:4101:4101::/:/bin/sh\n", "")]}, where="ctl"
+    )
     login = scripted({"getent": [(2, "", "")]}, where="login")
-    with pytest.raises(AccountsRefused, match="no Unix account on login for alice, bob: an association made before"):
+    with pytest.raises(AccountsRefused, match="no Unix account alice on login; no Unix account bob on login, ctl: an"):
         apply_accounts(spec(), "t", controller, login)
-    assert all(c[3] == "show" for c in controller.calls)  # nothing was changed
+    assert all(c[3] == "show" for c in controller.calls if c[0] == "sacctmgr")  # nothing was changed
+    assert login.calls == [("getent", "passwd", "alice", "bob")]
+
+
+def test_a_user_of_another_uid_on_the_controller_is_refused() -> None:
+    both = "alice:x:4101:4101::/:/bin/sh\nbob:x:4102:4102::/:/bin/sh\n"
+    controller = scripted({"sacctmgr": fresh_reads(), "getent": [(0, both.replace("4102", "5000"), "")]}, where="ctl")
+    login = scripted({"getent": [(0, both, "")]}, where="login")
+    with pytest.raises(AccountsRefused, match=r"accounting: bob is uid 4102 on login and 5000 on ctl: an association"):
+        apply_accounts(spec(), "t", controller, login)
 
 
 def test_deletions_are_refused_while_jobs_run_or_wait() -> None:
@@ -164,8 +175,9 @@ def test_deletions_are_refused_while_jobs_run_or_wait() -> None:
     extra = "old||||1||normal|||||||||\nold|carol|||1||normal|||||||||\n"
     live_reads[1] = (0, live_reads[1][1] + extra, "")
     queue = "41|old|carol|normal|RUNNING\n42|vision|alice|normal|PENDING\n"
-    controller = scripted({"sacctmgr": live_reads, "squeue": [(0, queue, "")]})
-    login = scripted({"getent": [(0, "x:x:1000:1000::/home/x:/bin/sh\n", "")]})
+    users = "alice:x:4101:4101::/:/bin/sh\nbob:x:4102:4102::/:/bin/sh\n"
+    controller = scripted({"sacctmgr": live_reads, "squeue": [(0, queue, "")], "getent": [(0, users, "")]})
+    login = scripted({"getent": [(0, users, "")]})
     with pytest.raises(
         AccountsRefused,
         match=r"delete user carol in account old \(jobs 41\); delete account old \(jobs 41\) \(deploy "

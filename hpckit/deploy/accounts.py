@@ -316,12 +316,12 @@ def apply_accounts(
     spec: AccountingSpec, cluster: str, controller: Transport, login: Transport, *, cancel_jobs: bool = False
 ) -> Applied:
     """Make slurmdbd's accounts, users and QOS the blueprint's; refused before any change when a user to
-    add has no Unix account on the login node (its jobs would bounce) or a deletion would take an account, a
-    user's association or a QOS from jobs that run or wait, unless `cancel_jobs` says to cancel those jobs first
-    (sacctmgr itself refuses to delete an association with active jobs). Read back after: what did not take
-    is an error."""
+    add is not the same Unix user on the login node and the controller (its jobs would bounce) or a deletion
+    would take an account, a user's association or a QOS from jobs that run or wait, unless `cancel_jobs` says
+    to cancel those jobs first (sacctmgr itself refuses to delete an association with active jobs). Read back
+    after: what did not take is an error."""
     planned = plan_accounts(spec, cluster, controller)
-    _refuse_unknown_users(planned.changes, login)
+    _refuse_unknown_users(planned.changes, controller, login)
     doomed = {c: jobs for c, jobs in planned.jobs.items() if c.action == "delete"}
     if doomed and not cancel_jobs:
         hit = [f"{c.describe()} (jobs {_ids(jobs)})" for c, jobs in doomed.items()]
@@ -346,14 +346,34 @@ def _ids(jobs: Sequence[QueuedJob]) -> str:
     return ", ".join(j.job_id for j in jobs[:5]) + (" ..." if len(jobs) > 5 else "")
 
 
-def _refuse_unknown_users(changes: Sequence[Change], login: Transport) -> None:
+def _refuse_unknown_users(changes: Sequence[Change], controller: Transport, login: Transport) -> None:
+    """A user to add must be the same Unix user on the login node, where its jobs are submitted, and on the
+    controller, where slurmctld turns the association's name into a uid: else its jobs bounce."""
     new_users = sorted({c.name for c in changes if c.kind == "user" and c.action == "add"})
-    missing = [u for u in new_users if not login.run(["getent", "passwd", u], timeout=30).ok]
-    if missing:
+    if not new_users:
+        return
+    uids = {t.where: _uids(t, new_users) for t in (login, controller)}
+    problems = []
+    for user in new_users:
+        missing = [host for host, found in uids.items() if user not in found]
+        if missing:
+            problems.append(f"no Unix account {user} on {', '.join(missing)}")
+        elif len({found[user] for found in uids.values()}) > 1:
+            problems.append(f"{user} is uid " + " and ".join(f"{found[user]} on {h}" for h, found in uids.items()))
+    if problems:
         raise AccountsRefused(
-            f"accounting: no Unix account on {login.where} for {', '.join(missing)}: an association made "
-            "before the user exists sends every job of that user back; create the users first"
+            f"accounting: {'; '.join(problems)}: an association made before the user exists, or for another "
+            "uid, sends every job of that user back; create the users first"
         )
+
+
+def _uids(transport: Transport, users: Sequence[str]) -> dict[str, str]:
+    """user -> uid as the host resolves it (getent exits 2 when some are unknown: those are left out)."""
+    done = transport.run(["getent", "passwd", *users], timeout=30)
+    if done.rc not in (0, 2):
+        raise HpckitError(f"accounting: cannot look the users up: {done.describe()}")
+    fields = (line.split(":") for line in done.stdout.splitlines())
+    return {f[0]: f[2] for f in fields if len(f) >= 3}
 
 
 def _cancel(job_ids: Sequence[str], controller: Transport, wait_s: float = 120) -> None:
