@@ -144,6 +144,14 @@ class ClusterDir:
             return None
         return found if isinstance(found, str) and found[:1].isdigit() else None
 
+    def slurm_install_mode(self) -> str | None:
+        """Where the running Slurm came from as the last good deploy recorded it: "distro" or "build"."""
+        try:
+            found = json.loads((self.current / VERSIONS).read_text()).get("slurm_install", {}).get("mode")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return found if isinstance(found, str) else None
+
     def config(self, host: str, remote_path: str) -> str | None:
         """A config file as the last good deploy fetched it from ``host`` (e.g. /etc/slurm/slurm.conf); None
         when the record has no copy."""

@@ -253,8 +253,40 @@ def test_plan_labels_changes_by_the_release_the_record_saw_running(
     output, report = planned()  # no record: the blueprint's 24.11
     assert report["slurm_release"] == "24.11" and report["action"] == new
     _record(tmp_path, blueprint(None), "22.05.8", before)  # the record: 22.05.8 runs
+    target.write_text(blueprint(None).model_dump_json())  # the blueprint names no release: 22.05 here
     output, report = planned()
     assert report["slurm_release"] == "22.05" and report["action"] == old
     assert report["changes"] == [{"file": "/etc/slurm/slurm.conf", "what": "schedulertype changed", "action": old}]
     assert f"{old:<26} /etc/slurm/slurm.conf: schedulertype changed" in output
-    assert f"applying this plan needs: {old} (Slurm 22.05 running; the blueprint names 24.11)" in output
+    assert f"applying this plan needs: {old} (Slurm 22.05)" in output
+
+
+def test_deploy_and_plan_never_change_the_release_the_record_saw_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hpckit.deploy.upgrade import ReleaseChangeRefused, release_guard
+
+    monkeypatch.setenv("HPCKIT_STATE", str(tmp_path))
+    release_guard(blueprint("24.11.6"))  # no record: a new cluster
+    _record(tmp_path, blueprint("24.11.5"), "24.11.5", "")
+    release_guard(blueprint("24.11.5"))
+    with pytest.raises(ReleaseChangeRefused, match=r"up runs Slurm 24.11.5; the blueprint names Slurm 24.11.6 \(built "
+                       r"from SchedMD's source\): `hpckit deploy` never changes the Slurm release; run `hpckit upgrade "
+                       r"up.yaml`"):  # fmt: skip
+        release_guard(blueprint("24.11.6"), "up.yaml")
+    _record(tmp_path, blueprint(None), "22.05.8", "")
+    release_guard(blueprint(None))  # the distribution's 22.05, whatever its micro release
+    with pytest.raises(ReleaseChangeRefused, match=r"cannot upgrade that way either: .*22.05 -> 23.02 -> 24.11"):
+        release_guard(blueprint("24.11.5"))
+    rec = DeploymentRecord.create("up", tmp_path)
+    rec.write_json("versions.json", {"slurm": "24.11.5", "slurm_install": {"mode": "distro"}})
+    rec.mark_current()
+    with pytest.raises(ReleaseChangeRefused, match=r"runs Slurm 24.11.5 \(the distribution's packages\).*or where it"):
+        release_guard(blueprint("24.11.5"))
+    target = tmp_path / "up.yaml"
+    target.write_text(blueprint("24.11.6").model_dump_json())
+    for command in ("deploy", "plan"):
+        env = {**os.environ, "HPCKIT_STATE": str(tmp_path)}
+        done = subprocess.run([sys.executable, "-m", "hpckit", command, str(target)], env=env, capture_output=True,
+                              text=True, timeout=120, check=False)  # fmt: skip
+        assert done.returncode == 2 and "never changes the Slurm release" in done.stderr, done.stderr

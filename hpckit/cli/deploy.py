@@ -21,7 +21,14 @@ from hpckit.deploy.changes import overall, plan_changes
 from hpckit.deploy.events import ConfigDiff, Tracker
 from hpckit.deploy.progress import Progress, tally_table
 from hpckit.deploy.record import mark_destroyed
-from hpckit.deploy.upgrade import DEFAULT_BATCH, UpgradePlan, live_cluster, plan_upgrade, running_release
+from hpckit.deploy.upgrade import (
+    DEFAULT_BATCH,
+    UpgradePlan,
+    live_cluster,
+    plan_upgrade,
+    release_guard,
+    running_release,
+)
 from hpckit.deploy.upgrade_run import UpgradeProgress, UpgradeResult, failure_lines, run_upgrade
 from hpckit.errors import InputError
 from hpckit.lab.provider import lab_down
@@ -61,6 +68,7 @@ def deploy_cmd(
 ) -> None:
     """Build (or converge) the cluster a blueprint describes; a lab blueprint brings the lab up first."""
     bp = _load(blueprint, site_files)
+    release_guard(bp, str(blueprint))
     console = Console(stderr=as_json)
     tracker = Tracker()
     with Progress(tracker, console, enabled=not quiet) as progress:
@@ -134,13 +142,13 @@ def _print_summary(console: Console, result: DeployResult) -> None:
 def plan_cmd(blueprint: Path, site_files: tuple[Path, ...], as_json: bool) -> None:
     """Show, changing nothing, how every rendered config differs from what is live."""
     bp = _load(blueprint, site_files)
+    release_guard(bp, str(blueprint))
     tracker = Tracker()
     result = plan(bp, tracker, lambda event: tracker.feed(event))
     # The labels are a release's (hpckit/data/slurm-releases.yaml): the running one's, whose daemons take the
     # change, as the record saw it; the blueprint's where the record does not say (a blueprint naming another
-    # release is an upgrade, `hpckit upgrade`'s business).
-    named = slurm_release_of(bp)
-    release = running_release(bp.cluster_name) or named
+    # release was refused above: an upgrade is `hpckit upgrade`'s business).
+    release = running_release(bp.cluster_name) or slurm_release_of(bp)
     changes = plan_changes(tracker.diffs, release)
     if as_json:
         report: dict[str, object] = {
@@ -163,10 +171,7 @@ def plan_cmd(blueprint: Path, site_files: tuple[Path, ...], as_json: bool) -> No
         for host in result.new_hosts:
             click.echo(f"{'new host':<26} {host}: not running yet; deploy starts it and builds it from scratch")
         if changes:
-            which = release.series
-            if release.series != named.series:
-                which += f" running; the blueprint names {named.series}"
-            click.echo(f"applying this plan needs: {overall(changes).label} (Slurm {which})")
+            click.echo(f"applying this plan needs: {overall(changes).label} (Slurm {release.series})")
         if result.accounts is not None:
             for line in planned_lines(result.accounts) or ["no changes"]:
                 click.echo(f"accounting: {line}")

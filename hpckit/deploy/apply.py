@@ -23,6 +23,7 @@ from hpckit.deploy.record import RECORDED_CONFIGS, DeploymentRecord, retired_hos
 from hpckit.deploy.runner import PlaybookRun, RunOutcome, ansible_version, run_playbook
 from hpckit.deploy.source_fetch import with_local_source
 from hpckit.deploy.targets import Target, prepare_target
+from hpckit.deploy.upgrade import release_guard
 from hpckit.errors import HpckitError, InputError
 from hpckit.proc import CommandResult, Transport
 from hpckit.slurm.client import SlurmClient
@@ -76,6 +77,7 @@ def installable(bp: Blueprint) -> None:
 
 def deploy(bp: Blueprint, tracker: Tracker, sink: EventSink, opts: DeployOptions | None = None) -> DeployResult:
     installable(bp)
+    release_guard(bp)
     bp = with_local_source(bp)
     opts = opts or DeployOptions()
     timings: dict[str, float] = {}
@@ -149,6 +151,7 @@ class PlanResult:
 
 def plan(bp: Blueprint, tracker: Tracker, sink: EventSink) -> PlanResult:
     """A check + diff run: what deploy would change, file by file, changing nothing."""
+    release_guard(bp)
     target = prepare_target(bp, bring_up_lab=False)
     inventory, extravars = playbook_vars(bp, target)
     hosts = [e.name for e in host_entries(bp)]

@@ -130,6 +130,45 @@ def _hosts(hosts: tuple[str, ...]) -> str:
     return ",".join(hosts) if len(hosts) <= 3 else f"{hosts[0]} .. {hosts[-1]} ({len(hosts)} hosts)"
 
 
+# --- the deploy's guard -----------------------------------------------------------------------------------
+
+_SOURCE = {"distro": "the distribution's packages", "build": "built from SchedMD's source"}
+
+
+class ReleaseChangeRefused(InputError):
+    """`hpckit deploy` (or plan) of a blueprint whose Slurm is not the one running: nothing was touched."""
+
+
+def release_guard(bp: Blueprint, blueprint_file: str = "BLUEPRINT") -> None:
+    """ReleaseChangeRefused when the record says the cluster runs another Slurm release, or Slurm from another
+    source, than the blueprint names: a deploy would replace packages under running daemons of another release
+    (slurmdbd would refuse the new clients, the cluster left half-changed). The upgrade is `hpckit upgrade`'s."""
+    record = ClusterDir.of(bp.cluster_name)
+    current = running_release(bp.cluster_name)
+    if current is None or record.destroyed() is not None:
+        return  # a new cluster, or one the record cannot speak for
+    target, source, wanted = slurm_release_of(bp), record.slurm_install_mode(), bp.slurm.install_mode
+    if _already(current, target) and source in (None, wanted):
+        return
+    runs = f"Slurm {current}" + (f" ({_SOURCE.get(source, source)})" if source else "")
+    names = f"Slurm {target}" + (f" ({_SOURCE.get(wanted, wanted)})" if wanted else "")
+    what = (
+        f"{bp.cluster_name} runs {runs}; the blueprint names {names}: `hpckit deploy` never changes the Slurm release"
+    )
+    try:
+        problem = upgrade_problem(current, target) if not _already(current, target) else None
+    except ReleaseError as exc:
+        problem = str(exc)
+    if problem is not None:
+        raise ReleaseChangeRefused(f"{what}, and Slurm cannot upgrade that way either: {problem}")
+    if source is not None and source != wanted:
+        raise ReleaseChangeRefused(f"{what} or where it comes from; deploy with the running one's `slurm:` settings")
+    raise ReleaseChangeRefused(
+        f"{what}; run `hpckit upgrade {blueprint_file}` (a rolling upgrade in SchedMD's order: running jobs keep "
+        "running), or put the running version back in the blueprint"
+    )
+
+
 # --- batches ----------------------------------------------------------------------------------------------
 
 _BATCH = re.compile(r"^\s*(\d+)\s*(%?)\s*$")
