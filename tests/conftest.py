@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.labutil import Cluster, lab_blueprint, lab_skip_reason
+from tests.labutil import Cluster, lab_blueprint, lab_containers, lab_skip_reason
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
@@ -21,6 +21,7 @@ LAB_TIMEOUT_S = 1800
 # A test of a Slurm built from source: it may wait for scripts/test.sh's background builds (its own limit on
 # them is BUILD_TIMEOUT_S, 3600 s; a cold 24.11.5 build took 1045 s wall at nice 19 under load), then deploys.
 BUILT_SLURM_TIMEOUT_S = 5400
+LAB_USERS = "users:\n  alice: {uid: 4101}\n  bob: {uid: 4102}\n"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -58,7 +59,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     tmp = tmp_path_factory.mktemp("cluster")
     # Two checkouts testing on one machine at once need two labs: HPCKIT_TEST_LAB=NAME,NET,BRIDGE.
     name, net, bridge = os.environ.get("HPCKIT_TEST_LAB", "labci,10.77.8,hpckt8").split(",")
-    c = Cluster(name, lab_blueprint(tmp, name, net, bridge), tmp / "state")
+    # With enroot and pyxis from the shared files where they are there (tests/test_containers_lab.py), and two
+    # ordinary users on every host (the accounts' and containers' tests run jobs as them).
+    blueprint = lab_blueprint(tmp, name, net, bridge, extra=LAB_USERS, containers=lab_containers())
+    c = Cluster(name, blueprint, tmp / "state")
     try:
         done = c.deploy()
         if done.rc != 0:

@@ -54,9 +54,38 @@ def needs_built_slurm(*versions: str) -> pytest.MarkDecorator:
     return pytest.mark.skipif(bool(missing) and os.environ.get("HPCKIT_TEST_BUILD") != "1", reason=reason)
 
 
-def lab_blueprint(tmp: Path, name: str, net: str, bridge: str, extra: str = "") -> Path:
-    """blueprints/lab.yaml under another name, subnet and bridge, so tests never touch an admin's lab."""
+# Upstream releases no registry serves, kept beside the project the way an air-gapped site keeps them.
+SHARED_SOURCES = REPO.parent / "shared" / "sources"
+LAB_CONTAINERS_OFF = "containers:\n  enabled: false"
+
+
+def lab_containers() -> str | None:
+    """The containers section that turns enroot and pyxis on in a lab from the shared files (with their
+    hashes, from SOURCES.md's table); None where the files are not there. enroot's cache and data go to the
+    nodes' own scratch disk (/var/tmp is private to each lab node; /raid would be this machine's)."""
+    files = {
+        "enroot_4.1.2-1_amd64.deb": "96e7a4743aae6bc4a4799b01720df8d9588503ac0ce56c0373f8388fffdac77d",
+        "enroot+caps_4.1.2-1_amd64.deb": "c702e227fa157e856f7bbb2258056ee43556f47d3c596bc434a5aae6016424f6",
+        "pyxis-0.24.0.tar.gz": "063653ba39125ac29796cc6079701d1ec34dd4c5baf698efacc0f36bf3619681",
+    }
+    if not all((SHARED_SOURCES / name).is_file() for name in files):
+        return None
+    deb, caps, pyxis = ((SHARED_SOURCES / n, h) for n, h in files.items())
+    return (
+        "containers:\n  enabled: true\n"
+        f"  enroot:\n    version: 4.1.2\n    package: {deb[0]}\n    sha256: {deb[1]}\n    caps_sha256: {caps[1]}\n"
+        "    cache_path: /var/tmp/enroot/cache/group-$(id -g)\n    data_path: /var/tmp/enroot/data/user-$(id -u)\n"
+        f"  pyxis:\n    version: 0.24.0\n    source: {pyxis[0]}\n    sha256: {pyxis[1]}"
+    )
+
+
+def lab_blueprint(tmp: Path, name: str, net: str, bridge: str, extra: str = "", containers: str | None = None) -> Path:
+    """blueprints/lab.yaml under another name, subnet and bridge, so tests never touch an admin's lab;
+    ``containers`` replaces its containers section (off)."""
     text = (REPO / "blueprints" / "lab.yaml").read_text()
+    assert LAB_CONTAINERS_OFF in text
+    if containers is not None:
+        text = text.replace(LAB_CONTAINERS_OFF, containers)
     text = text.replace("name: lab\n", f"name: {name}\n", 1).replace('net: "10.77.0"', f'net: "{net}"')
     text = text.replace("bridge: hpck0", f"bridge: {bridge}") + extra
     path = tmp / f"{name}.yaml"

@@ -36,7 +36,7 @@ H100_LIKE: dict[str, Any] = {
     "infiniband_ibnetdiscover_file": str(FABRIC),
     "infiniband_topology_nodes": [f"gpu{i:03d}" for i in range(1, 17)],
     "infiniband_verify_ports": False,
-    "enroot_pyxis_enabled": True,  # a dry run only: the lab itself never installs enroot or pyxis
+    "enroot_pyxis_enabled": True,  # a dry run only (tests/test_containers_lab.py installs them for real)
 }
 
 
@@ -129,7 +129,7 @@ def test_dry_run_shows_enroot_and_pyxis(dry_run: dict[tuple[str, str], str]) -> 
     for host in ("node1", "node2", "login"):
         assert "include /etc/slurm/plugstack.conf.d/*.conf" in rendered(dry_run, host, "/etc/slurm/plugstack.conf")
         assert rendered(dry_run, host, "/etc/slurm/plugstack.conf.d/pyxis.conf").endswith(
-            "required /usr/local/lib/slurm/spank_pyxis.so\n"
+            "required /usr/local/lib/slurm/spank_pyxis.so container_scope=job\n"
         )
         assert rendered(dry_run, host, "/usr/local/lib/slurm/spank_pyxis.so.hpckit").startswith(
             "pyxis 0.20.0 slurm 22.05"

@@ -73,7 +73,18 @@ def test_h100_cluster_variables(repo: Path) -> None:
         }
     ]
     assert ev["shared_fs_existing"] == [{"name": "scratch", "mount": "/lustre", "fstype": "lustre"}]
-    assert ev["enroot_pyxis_smoke_partitions"] == ["gpu"] and ev["enroot_pyxis_enroot_packages"] == []
+    assert ev["enroot_pyxis_smoke_partitions"] == ["gpu"] and ev["enroot_pyxis_enabled"] is True
+    # no package named: NVIDIA's release of the version (fetched and checked on the deploying machine)
+    release = "https://github.com/NVIDIA/enroot/releases/download/v4.1.2"
+    assert ev["enroot_pyxis_enroot_packages"] == [
+        f"{release}/enroot_4.1.2-1_amd64.deb",
+        f"{release}/enroot+caps_4.1.2-1_amd64.deb",
+    ]
+    assert ev["enroot_pyxis_pyxis_source"] == "https://github.com/NVIDIA/pyxis/archive/refs/tags/v0.24.0.tar.gz"
+    # Debian's Slurm: the role's own default headers (libslurm-dev); a built Slurm's are SchedMD's
+    assert "enroot_pyxis_slurm_dev_package" not in ev
+    built = bp.model_copy(update={"slurm": bp.slurm.model_copy(update={"install": "build", "version": "24.11.5"})})
+    assert gpu_extravars(built)["enroot_pyxis_slurm_dev_package"] == "slurm-smd-dev"
     node = gpu_host_vars(bp, "gpu016")
     assert node["infiniband_hcas"][0] == "mlx5_0" and node["infiniband_rate_gbps"] == 400
     assert node["enroot_pyxis_enroot"] and node["enroot_pyxis_pyxis"]
@@ -117,7 +128,6 @@ filesystems:
 @pytest.mark.parametrize(
     ("package", "debs"),
     [
-        (None, []),
         (
             "https://example.org/enroot/v3.5.0/enroot_3.5.0-1_amd64.deb",
             [
@@ -133,7 +143,7 @@ filesystems:
     ],
 )
 def test_a_pinned_enroot_brings_its_caps_package(package: str | None, debs: list[str]) -> None:
-    assert enroot_packages(Enroot(package=package)) == debs
+    assert enroot_packages(Enroot(package=package, version="3.5.0")) == debs
 
 
 def test_nfs_clients_are_the_fewest_exact_blocks() -> None:
@@ -166,11 +176,11 @@ def test_driver_dcgm_smoke_image_and_hooks_reach_the_roles(tmp_path: Path) -> No
         "gpus: {type: h100-sxm, count: 8}", 'gpus: {type: h100-sxm, count: 8, driver: "550.127.08", dcgm: true}'
     )
     text = text.replace(
-        '  pyxis:\n    version: "0.20.0"\n',
-        '  pyxis:\n    version: "0.20.0"\n  smoke_image: "nvcr.io#nvidia/pytorch:24.05-py3"\n',
+        '  pyxis:\n    version: "0.24.0"\n',
+        '  pyxis:\n    version: "0.24.0"\n  smoke_image: "nvcr.io#nvidia/pytorch:24.05-py3"\n',
     )
     text = text.replace(
-        '    version: "3.5.0"\n', '    version: "3.5.0"\n    hooks: {90-site.sh: /srv/hooks/90-site.sh}\n'
+        '    version: "4.1.2"\n', '    version: "4.1.2"\n    hooks: {90-site.sh: /srv/hooks/90-site.sh}\n'
     )
     pinned = tmp_path / "pinned.yaml"
     pinned.write_text(text)

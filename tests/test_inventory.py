@@ -189,7 +189,7 @@ def test_build_vars_wires_gpu_roles_and_health_into_the_lab(repo: Path) -> None:
     bp = load_blueprint(repo / "blueprints" / "lab.yaml")
     inv, ev = build_vars(bp, SshAccess("root"))
     assert ev["nvidia_emulated"] is True and ev["infiniband_topology"] == "off"
-    assert ev["shared_fs_mode"] == "bind" and ev["enroot_pyxis_enabled"] is False  # nothing installed in the lab
+    assert ev["shared_fs_mode"] == "bind" and ev["enroot_pyxis_enabled"] is False  # lab.yaml: containers off
     assert ev["hpckit_health_enabled"] is True and ev["hpckit_health_mounts"] == ["/shared"]
     assert ev["hpckit_health_settings"]["quick_interval_s"] == bp.health.quick_interval_s
     assert ev["slurm_conf_overrides"] == {

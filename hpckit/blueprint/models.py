@@ -496,9 +496,22 @@ RELEASE_RE = r"^[0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,4}$"
 _ENROOT_DEB_VERSION = re.compile(r"(?:^|/)enroot_([^_/]+?)(?:-[^-_/]+)?_[^/]*\.deb$")
 
 
+# Where NVIDIA publishes each release (the default source of enroot's packages and pyxis' tarball); an
+# air-gapped site names its own copies (a URL it serves, or a path on the deploying machine).
+ENROOT_RELEASE_URL = "https://github.com/NVIDIA/enroot/releases/download/v{version}/enroot_{version}-1_{arch}.deb"
+PYXIS_RELEASE_URL = "https://github.com/NVIDIA/pyxis/archive/refs/tags/v{version}.tar.gz"
+
+
 class Enroot(Strict):
-    package: str | None = Field(None, description="URL or local path of the enroot .deb (pinned)")
-    version: str = Field("3.5.0", pattern=RELEASE_RE, description="enroot release, e.g. 3.5.0")
+    package: str | None = Field(
+        None,
+        description="URL or path (on the deploying machine) of the enroot .deb; its enroot+caps twin is taken "
+        "from beside it (default: NVIDIA's release of `version`)",
+    )
+    sha256: SHA256 | None = None
+    caps_sha256: SHA256 | None = Field(None, description="SHA256 of the enroot+caps .deb")
+    version: str = Field("4.1.2", pattern=RELEASE_RE, description="enroot release, e.g. 4.1.2")
+    arch: str = Field("amd64", pattern=r"^[a-z0-9]+$", description="Debian architecture of the nodes' packages")
     runtime_path: AbsPath = "/run/enroot/user-$(id -u)"
     cache_path: AbsPath = "/raid/enroot/cache/group-$(id -g)"
     data_path: AbsPath = "/raid/enroot/data/user-$(id -u)"
@@ -515,10 +528,25 @@ class Enroot(Strict):
             raise ValueError(f"package {self.package} is enroot {found.group(1)}, but version is {self.version}")
         return self
 
+    @property
+    def package_source(self) -> str:
+        """The enroot .deb to install: the named one, else NVIDIA's release."""
+        return self.package or ENROOT_RELEASE_URL.format(version=self.version, arch=self.arch)
+
 
 class Pyxis(Strict):
-    version: str = Field("0.20.0", pattern=RELEASE_RE, description="pyxis release, e.g. 0.20.0")
-    source: str | None = Field(None, description="URL or local path of the pyxis source tarball")
+    version: str = Field("0.24.0", pattern=RELEASE_RE, description="pyxis release, e.g. 0.24.0")
+    source: str | None = Field(
+        None,
+        description="URL or path (on the deploying machine) of the pyxis source tarball (default: NVIDIA's "
+        "release of `version`)",
+    )
+    sha256: SHA256 | None = None
+
+    @property
+    def tarball(self) -> str:
+        """The pyxis source to build: the named one, else NVIDIA's release."""
+        return self.source or PYXIS_RELEASE_URL.format(version=self.version)
 
 
 class Containers(Strict):
@@ -570,6 +598,16 @@ class HealthSettings(Strict):
 DbName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,62}$", description="lower case: a-z, 0-9, '-', '_'")]
 UserName = Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_.-]{0,31}$", description="a Unix login name")]
 Limits = dict[str, int | str]
+
+
+class UnixUser(Strict):
+    """A local Unix account made on every Slurm host with the same uid and gid (sites with LDAP or SSSD leave
+    `users:` out: hpckit then only checks that accounting's users resolve alike)."""
+
+    uid: int = Field(ge=1000, le=60000, description="the same on every host (Debian's range for ordinary users)")
+    gid: int | None = Field(None, ge=1000, le=60000, description="its own group's gid (default: the uid)")
+    shell: AbsPath = "/bin/bash"
+    home: AbsPath | None = Field(None, description="home folder (default /home/NAME); hpckit does not create it")
 
 
 def _limits(value: Limits, table: Mapping[str, Setting], what: str) -> Limits:
@@ -734,6 +772,23 @@ class Blueprint(Strict):
     containers: Containers = Containers()
     health: HealthSettings = HealthSettings()
     accounting: AccountingSpec | None = Field(None, description="accounts, users and QOS (needs slurm.accounting)")
+    users: dict[UserName, UnixUser] = Field(
+        default_factory=dict, description="local Unix users made alike on every Slurm host: name -> uid, gid ..."
+    )
+
+    @field_validator("users")
+    @classmethod
+    def _distinct_ids(cls, value: dict[str, UnixUser]) -> dict[str, UnixUser]:
+        for kind, ids in (
+            ("uid", {n: u.uid for n, u in value.items()}),
+            ("gid", {n: u.gid or u.uid for n, u in value.items()}),
+        ):
+            seen: dict[int, str] = {}
+            for name, number in ids.items():
+                if number in seen:
+                    raise ValueError(f"{name} and {seen[number]} have the same {kind} {number}")
+                seen[number] = name
+        return value
 
     @property
     def cluster_name(self) -> str:

@@ -16,6 +16,8 @@ import click
 from hpckit import lab as labkit
 from hpckit import proc
 from hpckit.lab.blueprint import BlueprintLike
+from hpckit.lab.container_image import container_image
+from hpckit.lab.vm.mirror import host_codename
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -134,6 +136,16 @@ def image(build: bool) -> None:
     if found is None:
         raise labkit.LabError("the VM image is not built yet (`hpckit lab image` builds it)")
     click.echo(str(found.folder))
+
+
+@lab.command("container-image")
+@click.argument("suite", required=False)
+@_lab_errors
+def container_image_cmd(suite: str | None) -> None:
+    """Print the path of a registry-free container image (Debian SUITE, default this machine's release, minbase as
+    squashfs, for `srun --container-image=PATH`), making it first from this machine's Debian archive."""
+    made = container_image(suite or host_codename(), log=lambda line: click.echo(line, err=True))
+    click.echo(str(made))
 
 
 @lab.command("ssh-args")

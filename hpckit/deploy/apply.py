@@ -21,7 +21,7 @@ from hpckit.deploy.join import SLURMD_LOG, JoinReport, wait_for_join
 from hpckit.deploy.playvars import build_vars
 from hpckit.deploy.record import RECORDED_CONFIGS, DeploymentRecord, retired_hosts, run_info
 from hpckit.deploy.runner import PlaybookRun, RunOutcome, ansible_version, run_playbook
-from hpckit.deploy.source_fetch import with_local_source
+from hpckit.deploy.source_fetch import with_local_containers, with_local_source
 from hpckit.deploy.targets import Target, prepare_target
 from hpckit.deploy.upgrade import release_guard
 from hpckit.errors import HpckitError, InputError
@@ -78,7 +78,7 @@ def installable(bp: Blueprint) -> None:
 def deploy(bp: Blueprint, tracker: Tracker, sink: EventSink, opts: DeployOptions | None = None) -> DeployResult:
     installable(bp)
     release_guard(bp)
-    bp = with_local_source(bp)
+    bp = with_local_containers(with_local_source(bp))
     opts = opts or DeployOptions()
     timings: dict[str, float] = {}
     t0 = time.monotonic()

@@ -2,15 +2,14 @@
 
 `gpu_extravars` gives the cluster-wide settings and `gpu_host_vars` one host's; both are merged into what
 `hpckit.deploy.inventory` builds. Lab blueprints switch the roles to what the lab can show: emulated GPUs
-(device nodes, no driver), no fabric, filesystems the provider bind-mounts on every node, and no enroot or
-pyxis at all (lab nodes share this machine's root filesystem and have no network: nothing may be installed
-or built there).
+(device nodes, no driver), no fabric and filesystems the provider bind-mounts on every node. enroot and pyxis
+are the real ones everywhere: a lab node installs packages into its own copy-on-write /usr from files the
+deploying machine has (it reaches no archive, so their dependencies come from the host, lab-packages.txt).
 """
 
 from __future__ import annotations
 
 import ipaddress
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,6 +17,7 @@ from hpckit.blueprint.models import Blueprint, Enroot, Gpus, Hardware, LabProvid
 from hpckit.deploy.inventory import HostEntry, host_entries, partition_groups
 
 __all__ = [
+    "caps_twin",
     "enroot_packages",
     "gpu_extravars",
     "gpu_host_vars",
@@ -27,10 +27,6 @@ __all__ = [
     "pinned_driver",
 ]
 
-# NVIDIA publishes enroot as two .debs side by side: enroot_V_ARCH.deb and enroot+caps_V_ARCH.deb (the
-# capabilities that let unprivileged users import images); a pinned enroot package implies its +caps twin.
-_ENROOT_DEB = re.compile(r"^(?P<dir>.*/)?enroot_(?P<rest>[^/]+\.deb)$")
-
 
 def gpu_extravars(bp: Blueprint) -> dict[str, Any]:
     """Cluster-wide settings of the four roles; never a secret."""
@@ -39,7 +35,8 @@ def gpu_extravars(bp: Blueprint) -> dict[str, Any]:
         "nvidia_emulated": lab,
         "infiniband_topology": "off" if lab else "auto",
         "infiniband_discovery_host": _first_ib_host(bp),
-        "enroot_pyxis_enabled": not lab,
+        # No partition with containers: site.yml's container plays get no hosts (a no-op deploy pays nothing).
+        "enroot_pyxis_enabled": any(bp.containers_on(p) for p in bp.partitions),
         **_container_vars(bp),
         **_filesystem_vars(bp),
     }
@@ -159,13 +156,18 @@ def _first_ib_host(bp: Blueprint) -> str:
 
 
 def enroot_packages(enroot: Enroot) -> list[str]:
-    """The .deb files (URLs or local paths) to install for a pinned enroot: the package and its +caps twin."""
-    if not enroot.package:
-        return []
-    match = _ENROOT_DEB.match(enroot.package)
-    if match is None:
-        return [enroot.package]
-    return [enroot.package, f"{match.group('dir') or ''}enroot+caps_{match.group('rest')}"]
+    """The .deb files (URLs or paths on the deploying machine) to install: the package and its +caps twin."""
+    twin = caps_twin(enroot.package_source)
+    return [enroot.package_source] if twin is None else [enroot.package_source, twin]
+
+
+def caps_twin(package: str) -> str | None:
+    """NVIDIA publishes enroot as two .debs side by side: enroot_V_ARCH.deb and enroot+caps_V_ARCH.deb (the
+    capabilities that let unprivileged users import images); a pinned enroot package implies its twin."""
+    head, sep, tail = package.rpartition("/")
+    if not tail.startswith("enroot_") or not tail.endswith(".deb"):
+        return None
+    return f"{head}{sep}enroot+caps_{tail.removeprefix('enroot_')}"
 
 
 def _container_vars(bp: Blueprint) -> dict[str, Any]:
@@ -177,7 +179,13 @@ def _container_vars(bp: Blueprint) -> dict[str, Any]:
         "enroot_pyxis_cache_path": enroot.cache_path,
         "enroot_pyxis_data_path": enroot.data_path,
         "enroot_pyxis_pyxis_version": pyxis.version,
-        "enroot_pyxis_pyxis_source": pyxis.source or "",
+        "enroot_pyxis_pyxis_source": pyxis.tarball,
+        # pyxis is compiled against the headers of the Slurm that loads it: Debian's, or the cluster's own build.
+        **(
+            {"enroot_pyxis_slurm_package": "slurm-smd", "enroot_pyxis_slurm_dev_package": "slurm-smd-dev"}
+            if bp.slurm.install_mode == "build"
+            else {}
+        ),
         "enroot_pyxis_smoke_partitions": [p.name for p in bp.partitions if bp.containers_on(p)],
         "enroot_pyxis_smoke_image": bp.containers.smoke_image or "",
         "enroot_pyxis_hook_sources": dict(enroot.hooks),

@@ -207,6 +207,11 @@ def build_extravars(bp: Blueprint) -> dict[str, Any]:
             for p in bp.partitions
         ],
         "slurm_conf_overrides": {k: _conf_value(v) for k, v in bp.slurm.conf.items()},
+        # site.yml's users play has no hosts without them (a no-op deploy pays nothing)
+        "unix_users_list": [
+            {"name": name, "uid": u.uid, "gid": u.gid or u.uid, "shell": u.shell, "home": u.home or f"/home/{name}"}
+            for name, u in bp.users.items()
+        ],
     }
     if isinstance(bp.provider, LabProvider):
         out.update(LAB_SLURM_VARS)

@@ -26,7 +26,7 @@ from hpckit.deploy.inventory import host_entries
 from hpckit.deploy.progress import Progress
 from hpckit.deploy.record import DeploymentRecord
 from hpckit.deploy.runner import PlaybookRun, RunOutcome, ansible_version, run_playbook
-from hpckit.deploy.source_fetch import with_local_source
+from hpckit.deploy.source_fetch import with_local_containers, with_local_source
 from hpckit.deploy.targets import prepare_target
 from hpckit.deploy.upgrade import (
     LiveCluster,
@@ -123,7 +123,7 @@ def run_upgrade(
     """Run upgrade.yml for ``plan`` (one that has steps) with ``runner`` (run_playbook unless given); the record
     becomes current only when it succeeded."""
     installable(bp)
-    bp = with_local_source(bp)
+    bp = with_local_containers(with_local_source(bp))
     target = prepare_target(bp, bring_up_lab=False)
     if target.not_started:
         raise HpckitError(

@@ -169,11 +169,11 @@ def ensure_image(recipe: Recipe | None = None, root: Path | None = None, log: Lo
         started = time.monotonic()
         system = _system_tree(recipe, root, say)
         work = root / f".build-{recipe.key}"
-        _unmount_below(work)
+        unmount_below(work)
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(image.folder, ignore_errors=True)
         work.mkdir()
-        _checked(["cp", "-a", "--reflink=auto", str(system), str(work / "tree")], "copying the installed system")
+        checked(["cp", "-a", "--reflink=auto", str(system), str(work / "tree")], "copying the installed system")
         _finish(recipe, work, say)
         work.replace(image.folder)
         say(f"image {recipe.key} built in {time.monotonic() - started:.0f} s")
@@ -187,7 +187,7 @@ def _system_tree(recipe: Recipe, root: Path, log: Log) -> Path:
     tree, done = stage / "tree", stage / "complete"
     if done.exists():
         return tree
-    _unmount_below(stage)
+    unmount_below(stage)
     shutil.rmtree(stage, ignore_errors=True)
     tree.mkdir(parents=True)
     mirror = debian_mirror()
@@ -223,7 +223,7 @@ def _debootstrap(recipe: Recipe, tree: Path, mirror: str) -> None:
         str(tree),
         mirror,
     ]
-    _checked(argv, f"debootstrap {recipe.suite} from {mirror}", timeout=3600)
+    checked(argv, f"debootstrap {recipe.suite} from {mirror}", timeout=3600)
 
 
 def _configure(tree: Path) -> None:
@@ -242,12 +242,12 @@ def _configure(tree: Path) -> None:
         path.write_text(text, encoding="utf-8")
         path.chmod(mode)
     (tree / "etc/machine-id").write_text("", encoding="utf-8")  # systemd makes one per machine at first boot
-    _checked(["chroot", str(tree), "systemctl", "enable", *guest.ENABLED_UNITS], "enabling the image's units")
+    checked(["chroot", str(tree), "systemctl", "enable", *guest.ENABLED_UNITS], "enabling the image's units")
     present = [u for u in guest.DISABLED_UNITS if _unit_exists(tree, u)]
-    _checked(["chroot", str(tree), "systemctl", "disable", *present], "disabling the image's idle units")
-    _checked(["chroot", str(tree), "apt-get", "clean"], "cleaning apt's cache in the image")
+    checked(["chroot", str(tree), "systemctl", "disable", *present], "disabling the image's idle units")
+    checked(["chroot", str(tree), "apt-get", "clean"], "cleaning apt's cache in the image")
     # What systemd would do on each machine's first boot (ConditionNeedsUpdate), done once here.
-    _checked(["chroot", str(tree), "journalctl", "--update-catalog"], "building the journal's catalog")
+    checked(["chroot", str(tree), "journalctl", "--update-catalog"], "building the journal's catalog")
     for stamp in ("etc/.updated", "var/.updated"):
         (tree / stamp).touch()
 
@@ -271,9 +271,9 @@ def _python_venv(recipe: Recipe, tree: Path) -> None:
     # This machine's other pip settings (local wheel folders, constraints) mean nothing inside the tree.
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") or k in _PIP_KEPT}
     try:
-        _checked(["chroot", str(tree), "python3", "-m", "venv", VENV], f"creating {VENV} in the image")
+        checked(["chroot", str(tree), "python3", "-m", "venv", VENV], f"creating {VENV} in the image")
         install = [f"{VENV}/bin/python", "-m", "pip", "install", "-q", "--no-cache-dir", *recipe.python_requirements]
-        _checked(["chroot", str(tree), *install], f"installing hpckit's requirements into {VENV}", 1800, env)
+        checked(["chroot", str(tree), *install], f"installing hpckit's requirements into {VENV}", 1800, env)
     finally:
         resolv.write_text("", encoding="utf-8")
         if own_bundle is None:
@@ -297,8 +297,8 @@ def _make_disk(tree: Path, work: Path) -> None:
     used_mib = _tree_mib(tree)
     raw = work / "root.raw"
     size = f"{used_mib + _DISK_HEADROOM_MIB}M"
-    _checked(["mkfs.ext4", "-q", "-F", "-L", "hpckit-root", "-d", str(tree), str(raw), size], "making the root fs")
-    _checked(["qemu-img", "convert", "-O", "qcow2", str(raw), str(work / "base.qcow2")], "converting to qcow2")
+    checked(["mkfs.ext4", "-q", "-F", "-L", "hpckit-root", "-d", str(tree), str(raw), size], "making the root fs")
+    checked(["qemu-img", "convert", "-O", "qcow2", str(raw), str(work / "base.qcow2")], "converting to qcow2")
     raw.unlink()
 
 
@@ -312,7 +312,7 @@ def _tree_mib(tree: Path) -> int:
     return total // (1 << 20) + 1
 
 
-def _checked(argv: Sequence[str], what: str, timeout: float = 600, env: Mapping[str, str] | None = None) -> str:
+def checked(argv: Sequence[str], what: str, timeout: float = 600, env: Mapping[str, str] | None = None) -> str:
     env = {**(os.environ if env is None else env), "DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C"}
     try:
         result = proc.run(argv, timeout=timeout, env=env)
@@ -324,12 +324,12 @@ def _checked(argv: Sequence[str], what: str, timeout: float = 600, env: Mapping[
     return result.stdout
 
 
-def _unmount_below(folder: Path) -> None:
+def unmount_below(folder: Path) -> None:
     """Unmount what an interrupted debootstrap left mounted in the tree (/proc, /sys) before it is deleted."""
     prefix = str(folder.resolve()) + "/"
     mounts = [line.split()[1] for line in Path("/proc/mounts").read_text(encoding="utf-8").splitlines()]
     for point in sorted((m for m in mounts if m.startswith(prefix)), key=len, reverse=True):
-        _checked(["umount", "--lazy", point], f"unmounting {point}")
+        checked(["umount", "--lazy", point], f"unmounting {point}")
 
 
 def images_locked(root: Path | None = None) -> AbstractContextManager[None]:

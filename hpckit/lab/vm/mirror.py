@@ -18,7 +18,7 @@ _SCHEMES = ("http://", "https://", "file:/")
 
 def debian_mirror(apt_etc: Path = APT_ETC, os_release: Path = OS_RELEASE) -> str:
     """The first enabled archive URI, in apt's order, that serves this machine's release."""
-    codename = _codename(os_release)
+    codename = host_codename(os_release)
     files = _source_files(apt_etc)
     for path in files:
         text = path.read_text(encoding="utf-8", errors="replace")
@@ -32,7 +32,8 @@ def debian_mirror(apt_etc: Path = APT_ETC, os_release: Path = OS_RELEASE) -> str
     raise LabError(f"no Debian archive for this machine's release {codename!r} in apt's sources ({read})")
 
 
-def _codename(os_release: Path) -> str:
+def host_codename(os_release: Path = OS_RELEASE) -> str:
+    """This machine's Debian release name (VERSION_CODENAME: bookworm, trixie)."""
     try:
         lines = os_release.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
