@@ -1,8 +1,9 @@
 """`hpckit deploy` of blueprints/vm.yaml on real virtual machines: the production path (systemd, cgroup v2, kernel
-NFS, slurmdbd + MariaDB, scrontab) works, is idempotent, survives a reboot, and `destroy` leaves nothing.
+NFS, slurmdbd + MariaDB, scrontab) works, is idempotent, survives a reboot, and `destroy` leaves nothing; the VM
+provider's own plumbing (exec without SSH, the network, a reboot inside the same qemu) on the same machines.
 
-One VM cluster for the module, built in this order: up and deploy (the fixture), the checks, a second deploy, a
-reboot, destroy. Emulated CPUs are slow: every check is one command on one machine.
+One VM cluster for the whole suite (a machine boots in minutes under emulation), built in this order: up and deploy
+(the fixture), the checks, a second deploy, a reboot, destroy. Every check is one command on one machine.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from typing import Any
 
 import pytest
 
+from hpckit.lab import DEFAULT_STATE_ROOT, lab_exec, procs
+from hpckit.lab.state import LabPaths
+from hpckit.lab.vm import machines
 from hpckit.proc import TransportError
 from tests.labutil import CliRun, Cluster, hpckit
 from tests.vmutil import leftovers, needs_vms, vm_blueprint
@@ -74,9 +78,31 @@ def test_a_job_runs_on_both_nodes(vms: Vms) -> None:
     assert sorted(set(names.split())) == ["node1", "node2"]
 
 
-def test_the_nodes_run_systemd(vms: Vms) -> None:
+def test_the_machines_run_systemd_on_cgroup_v2(vms: Vms) -> None:
     for host in HOSTS:
-        assert vms.out(host, "ps", "-p", "1", "-o", "comm=").strip() == "systemd", host
+        assert vms.out(host, "sh", "-c", "cat /proc/1/comm; stat -fc %T /sys/fs/cgroup; hostname").split() == [
+            "systemd",
+            "cgroup2fs",
+            host,
+        ], host
+
+
+def test_exec_without_ssh_and_the_network(vms: Vms) -> None:
+    def out(host: str, *argv: str) -> str:
+        done = lab_exec(NAME, host, argv, timeout=60)
+        assert done.rc == 0, done.stderr
+        return done.stdout.strip()
+
+    assert out("node1", "hostname") == "node1"
+    assert f"{NET}.22/24" in out("node2", "ip", "-4", "-o", "addr", "show", "dev", "eth0")
+    out("node1", "ping", "-c", "1", "-W", "5", "node2")  # by name, from /etc/hosts
+    # The default route leads nowhere: a dummy device, the machine's own address as source.
+    assert out("node1", "ip", "-4", "route", "show", "default").startswith("default dev dead0")
+    assert out("node1", "cat", "/etc/apt/sources.list").startswith("#")  # no archive: nothing to reach
+    piped = lab_exec(NAME, "node2", ["sh", "-c", "cat; exit 3"], stdin="in", timeout=60)
+    assert (piped.rc, piped.stdout) == (3, "in")
+    done = hpckit("lab", "exec", "-c", NAME, "node2", "--", "hostname", state=vms.state)
+    assert (done.rc, done.stdout.strip()) == (0, "node2"), done.stderr
 
 
 def test_a_steps_memory_is_its_cgroups_limit(vms: Vms) -> None:
@@ -123,6 +149,8 @@ def _node_state(vms: Vms, node: str) -> str:
 
 
 def test_a_rebooted_node_comes_back_idle_on_its_own(vms: Vms) -> None:
+    qemu = machines.load_record(LabPaths.of(DEFAULT_STATE_ROOT, NAME), "node2")
+    assert qemu is not None
     boot = vms.out("node2", "cat", "/proc/sys/kernel/random/boot_id").strip()
     # Queued, so that the command returns before the machine goes down.
     vms.on("node2", "systemctl", "--no-block", "reboot", check=False, timeout=30)
@@ -147,6 +175,7 @@ def test_a_rebooted_node_comes_back_idle_on_its_own(vms: Vms) -> None:
     # ... with its home mounted again and jobs running there.
     assert vms.out("node2", "findmnt", "-n", "-t", "nfs4", "-o", "TARGET").split() == ["/home"]
     assert vms.out("login", "srun", "-N1", "-w", "node2", "hostname").strip() == "node2"
+    assert procs.is_alive(qemu.pid, qemu.start)  # the same qemu: the machine rebooted, not restarted
 
 
 def test_destroy_leaves_nothing(vms: Vms) -> None:
