@@ -201,8 +201,8 @@ def test_plugstack_conf_loads_pyxis_on_nodes_and_login_hosts(bp: Blueprint) -> N
             "include /etc/slurm/plugstack.conf.d/*.conf"
         ]
         assert render("enroot_pyxis", "pyxis.conf.j2", ctx) == (
-            "# pyxis 0.20.0 (srun/sbatch --container-image), managed by hpckit (role enroot_pyxis).\n"
-            "required /usr/local/lib/slurm/spank_pyxis.so\n"
+            "# pyxis 0.24.0 (srun/sbatch --container-image), managed by hpckit (role enroot_pyxis).\n"
+            "required /usr/local/lib/slurm/spank_pyxis.so container_scope=job\n"
         )
     ctx = context(bp, "gpu001", "enroot_pyxis")
     ctx["enroot_pyxis_pyxis_args"] = {"container_scope": "job", "sbatch_support": 1}

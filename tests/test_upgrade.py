@@ -126,7 +126,7 @@ def test_a_major_upgrade_converts_the_database_and_rebuilds_pyxis() -> None:
     assert kinds.index("clients") < kinds.index("spank") < kinds.index("restore_timeouts")
     spank = plan.steps[kinds.index("spank")]
     assert spank.hosts == (*(f"node{i}" for i in range(1, 9)), "login")
-    assert spank.action == "rebuild pyxis 0.20.0 against Slurm 25.05.3"
+    assert spank.action == "rebuild pyxis 0.24.0 against Slurm 25.05.3"
     assert "converts the database" in plan.steps[kinds.index("slurmdbd")].action
     assert plan.packages.startswith("built on ctl from SchedMD's source with pmix, hwloc")
     assert plan.steps[kinds.index("slurmctld")].action.startswith("install Slurm 25.05.3; restart slurmctld")

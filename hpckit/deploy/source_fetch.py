@@ -19,7 +19,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from hpckit.blueprint.models import Blueprint
+from hpckit.blueprint.models import Blueprint, Enroot
 from hpckit.deploy.gpu_vars import caps_twin
 from hpckit.errors import InputError
 from hpckit.paths import source_cache
@@ -40,26 +40,30 @@ def with_local_source(bp: Blueprint, say: Callable[[str], None] = lambda _: None
     return bp.model_copy(update={"slurm": slurm.model_copy(update={"source": str(path)})})
 
 
-def with_local_containers(bp: Blueprint, say: Callable[[str], None] = lambda _: None) -> Blueprint:
-    """``bp`` with enroot's packages and pyxis' source as checked files on this machine (URLs fetched into the
-    cache first), where some partition runs containers; ``bp`` itself otherwise."""
+def with_local_containers(
+    bp: Blueprint, say: Callable[[str], None] = lambda _: None, *, enroot: bool = True
+) -> Blueprint:
+    """``bp`` with enroot's packages (unless ``enroot`` is false: an upgrade rebuilds pyxis alone) and pyxis'
+    source as checked files on this machine (URLs fetched into the cache first), where some partition runs
+    containers; ``bp`` itself otherwise."""
     if not any(bp.containers_on(part) for part in bp.partitions):
         return bp
-    enroot, pyxis = bp.containers.enroot, bp.containers.pyxis
+    pyxis = bp.containers.pyxis
+    name = f"pyxis-{pyxis.version}.tar.gz"
+    tarball = _local_file(pyxis.tarball, pyxis.sha256, "containers.pyxis.source", say, name)
+    update: dict[str, object] = {"pyxis": pyxis.model_copy(update={"source": str(tarball)})}
+    if enroot:
+        update["enroot"] = _local_enroot(bp.containers.enroot, say)
+    return bp.model_copy(update={"containers": bp.containers.model_copy(update=update)})
+
+
+def _local_enroot(enroot: Enroot, say: Callable[[str], None]) -> Enroot:
     field = "containers.enroot.package"
     deb = _local_file(enroot.package_source, enroot.sha256, field, say)
     twin = caps_twin(enroot.package_source)
     if twin is not None:
         _local_file(twin, enroot.caps_sha256, f"{field} (its enroot+caps twin)", say)
-    name = f"pyxis-{pyxis.version}.tar.gz"
-    tarball = _local_file(pyxis.tarball, pyxis.sha256, "containers.pyxis.source", say, name)
-    containers = bp.containers.model_copy(
-        update={
-            "enroot": enroot.model_copy(update={"package": str(deb)}),
-            "pyxis": pyxis.model_copy(update={"source": str(tarball)}),
-        }
-    )
-    return bp.model_copy(update={"containers": containers})
+    return enroot.model_copy(update={"package": str(deb)})
 
 
 def _local_file(

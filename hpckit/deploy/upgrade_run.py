@@ -123,7 +123,9 @@ def run_upgrade(
     """Run upgrade.yml for ``plan`` (one that has steps) with ``runner`` (run_playbook unless given); the record
     becomes current only when it succeeded."""
     installable(bp)
-    bp = with_local_containers(with_local_source(bp))
+    bp = with_local_source(bp)
+    if any(step.kind == "spank" for step in plan.steps):  # the one step that reads a container input
+        bp = with_local_containers(bp, enroot=False)
     target = prepare_target(bp, bring_up_lab=False)
     if target.not_started:
         raise HpckitError(
