@@ -80,9 +80,8 @@ def test_eight_nodes_verify_passes_healthy_then_bisect_and_verify_name_the_throt
 ) -> None:
     cluster, first = lab8
     assert first.rc == 0, first.stdout + first.stderr
+    # healthy: the deploy's own verify passed (a bisect of healthy nodes naming none is the 4-node test's)
     assert json.loads(first.stdout)["verify"]["status"] == "passed"
-    healthy, report = bisect(cluster, "-N", "8", "--skip-single")
-    assert healthy.rc == 0 and slow_nodes(report) == [], healthy.stdout + healthy.stderr
     with throttled(cluster, "node6"):
         # single-node rounds: both verifies here, and the 4-node test; the fabric search is what is new
         done, report = bisect(cluster, "-N", "8", "--skip-single")
