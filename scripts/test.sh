@@ -16,7 +16,6 @@ V=.venv/bin
 # is made first in the same background job; tests/test_containers_lab.py waits for it (the image cache's lock).
 build_pgid=""
 cache=${HPCKIT_CACHE:-/var/cache/hpckit}
-mkdir -p "$cache/packages"
 slurm_builds=0
 if [[ ${HPCKIT_TEST_BUILD:-1} == 1 && $EUID -eq 0 && -f $cache/sources/slurm-wlm_24.11.5.orig.tar.gz ]]; then
   export HPCKIT_TEST_BUILD=1
@@ -25,6 +24,7 @@ else
   export HPCKIT_TEST_BUILD=0
 fi
 if [[ $EUID -eq 0 ]]; then
+  mkdir -p "$cache/packages"
   setsid nice -n 19 ionice -c 3 bash -c '.venv/bin/hpckit lab container-image >"$1/container-image.log" 2>&1
     [[ $2 == 1 ]] || exit 0
     scripts/build-slurm.sh >"$1/build-slurm.log" 2>&1
