@@ -93,3 +93,9 @@ def test_alias_bomb_is_refused_quickly() -> None:
     for level in range(1, 9):
         bomb += f"{chr(97 + level)}: &{chr(97 + level)} [" + ", ".join([f"*{chr(96 + level)}"] * 10) + "]\n"
     check(bomb)
+
+
+@pytest.mark.parametrize("key", ["0\n", "name\n", "a b", "x\r\ny"])
+def test_a_key_with_a_line_break_stays_on_its_problem_line(key: str) -> None:
+    """Found by the fuzzer: a key ending in a newline passed `^...$` as a plain name and split its problem in two."""
+    check(yaml.safe_dump({key: None}))

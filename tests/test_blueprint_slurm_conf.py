@@ -36,6 +36,12 @@ def checked(text: str) -> list[str]:
     return [str(p) for p in cross_checks(doc, data)]
 
 
+def test_a_key_with_a_trailing_newline_never_reaches_slurm_conf() -> None:
+    """`"SchedulerType\\n": x` would write a line of its own into slurm.conf."""
+    got = problems(HEAD + 'slurm:\n  conf:\n    "SchedulerType\\n": sched/backfill\n')
+    assert got and all("slurm.conf" in line for line in got), got
+
+
 def test_a_typo_gets_the_closest_key_at_its_line() -> None:
     text = HEAD + "slurm:\n  conf:\n    SchedulerTyp: sched/backfill\n    DefMemPerCPU: 500\n"
     assert problems(text) == [

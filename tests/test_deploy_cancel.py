@@ -97,7 +97,12 @@ def test_ctrl_c_stops_a_running_deploy_and_leaves_nothing(repo: Path, tmp_path: 
         "TMPDIR": str(tmp_path / "tmp"),  # where the runner's private data dir goes
         "HPCKIT_TEST_MARKER": str(marker),
     }
-    argv = [sys.executable, str(script), str(play), "deploy", "-q", str(repo / "blueprints" / "h100-ib.yaml")]
+    # Without containers: deploy would fetch enroot and pyxis from their release URLs before the playbook.
+    blueprint = tmp_path / "h100-ib.yaml"
+    text = (repo / "blueprints" / "h100-ib.yaml").read_text()
+    blueprint.write_text(text.replace("containers:\n  enabled: true", "containers:\n  enabled: false"))
+    assert "containers:\n  enabled: false" in blueprint.read_text()
+    argv = [sys.executable, str(script), str(play), "deploy", "-q", str(blueprint)]
     proc = subprocess.Popen(
         argv, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
     )

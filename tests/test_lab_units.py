@@ -65,6 +65,7 @@ def test_bad_spec_is_a_clear_lab_error(changes: dict[str, object], message: str)
     ("kwargs", "message"),
     [
         ({"name": "bad_name", "address": "10.0.0.1"}, "not a valid hostname"),
+        ({"name": "node1\n", "address": "10.0.0.1"}, "not a valid hostname"),
         ({"name": "n", "address": "10.0.0"}, "not an IPv4"),
         ({"name": "n", "address": "::1"}, "not an IPv4"),
         ({"name": "n", "address": "10.0.0.1", "gpus": -1}, "gpus"),

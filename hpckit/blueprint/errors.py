@@ -18,7 +18,7 @@ def format_path(path: Path_) -> str:
     for part in path:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif not _PLAIN.match(part):
+        elif not _PLAIN.fullmatch(part):  # not match: its `$` accepts a trailing newline
             out += f"[{part!r}]"  # keys with spaces or odd characters stay readable and unambiguous
         else:
             out += f".{part}" if out else part

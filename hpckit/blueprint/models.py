@@ -459,7 +459,7 @@ class SlurmSettings(Strict):
     @classmethod
     def _keys(cls, value: dict[str, str | int | bool]) -> dict[str, str | int | bool]:
         for key in value:
-            if not re.match(r"^[A-Za-z][A-Za-z0-9]*$", key):
+            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", key):  # fullmatch: `$` lets a trailing newline in
                 raise ValueError(f"{key!r} is not a slurm.conf parameter name")
         return value
 

@@ -32,7 +32,7 @@ class LabNode:
     gpus: int = 0
 
     def __post_init__(self) -> None:
-        if not _HOSTNAME_RE.match(self.name):
+        if not _HOSTNAME_RE.fullmatch(self.name):
             raise LabError(
                 f"node name {self.name!r} is not a valid hostname (letters, digits and '-', at most 63 characters)"
             )
@@ -130,14 +130,14 @@ class LabSpec:
 
 
 def _check_cluster(cluster: str) -> None:
-    if not _CLUSTER_RE.match(cluster):
+    if not _CLUSTER_RE.fullmatch(cluster):
         raise LabError(
             f"cluster name {cluster!r} is not usable for a lab (letters, digits, '-' and '_', at most 63 characters)"
         )
 
 
 def _check_bridge(bridge: str) -> None:
-    if not _BRIDGE_RE.match(bridge):
+    if not _BRIDGE_RE.fullmatch(bridge):
         raise LabError(
             f"bridge name {bridge!r} is not usable: a letter, then letters, digits, '-' or '_', "
             "at most 9 characters (node links are named <bridge>v<N>, within Linux's 15)"
