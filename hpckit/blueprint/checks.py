@@ -61,6 +61,7 @@ class _Checker:
         self._conf_needs()
         self._configless()
         self._auth()
+        self._monitoring(compute)
         for path, message in install_problems(self.data, self.declared_hosts(compute)):
             self.add(path, message)
         for path, message in accounts_problems(self.data, self._gres()):
@@ -127,6 +128,15 @@ class _Checker:
             hosts.add(ctl["host"])
         hosts.update(str(h.get("host")) for _, h in _items(self.data, "login"))
         return hosts
+
+    def _monitoring(self, compute: dict[str, Path_]) -> None:
+        """Prometheus runs on one of the blueprint's own hosts."""
+        mon = self.data.get("monitoring")
+        if not isinstance(mon, dict):
+            return
+        host = mon.get("host")
+        if isinstance(host, str) and host not in self.declared_hosts(compute):
+            self.add(("monitoring", "host"), f"{host!r} is not a declared host (controller, login or node)")
 
     def _filesystems(self, compute: dict[str, Path_]) -> None:
         declared = self.declared_hosts(compute)

@@ -592,6 +592,45 @@ class HealthSettings(Strict):
         return value
 
 
+# --- metrics and alerts (Prometheus) --------------------------------------------------------------------
+
+_EMAIL = r"^[^@\s]+@[^@\s]+$"
+
+
+class AlertReceivers(Strict):
+    """Where Alertmanager sends what fires. A webhook URL that carries a token is a secret: point the webhook
+    at a relay on the site's network instead (the URL goes into alertmanager.yml and hpckit's record)."""
+
+    webhooks: list[Annotated[str, Field(pattern=r"^https?://\S+$")]] = Field(
+        default_factory=list, description="webhook URLs (Alertmanager's webhook_configs)"
+    )
+    email: list[Annotated[str, Field(pattern=_EMAIL)]] = Field(default_factory=list, description="addresses")
+    email_from: str | None = Field(None, pattern=_EMAIL)
+    smarthost: str | None = Field(None, pattern=r"^[A-Za-z0-9.-]+:\d+$", description="SMTP relay, host:port")
+
+    @model_validator(mode="after")
+    def _mail_needs_relay(self) -> AlertReceivers:
+        if self.email and (self.email_from is None or self.smarthost is None):
+            raise ValueError("email alerts need email_from and smarthost (the site's SMTP relay, host:port)")
+        return self
+
+
+class MonitoringSettings(Strict):
+    """Prometheus and Alertmanager on one host, node exporter on every Slurm host, hpckit's Slurm exporter on
+    the first login node (and Slurm's own metrics endpoint from 25.11 on), alert rules made from the blueprint."""
+
+    enabled: bool = False
+    host: str | None = Field(None, description="the declared host that runs Prometheus (default: the controller)")
+    scrape_interval_s: int = Field(30, ge=5, le=300)
+    retention_days: int = Field(15, ge=1, le=3650)
+    node_down_for_s: int = Field(300, ge=0, description="how long a node is down before its alert fires")
+    pending_resources_max_s: int = Field(
+        3600, ge=60, description="a job pending on Resources longer than this fires an alert"
+    )
+    slurm_exporter_port: int = Field(9341, ge=1024, le=65535)
+    alerts: AlertReceivers = AlertReceivers()
+
+
 # --- accounts, users and QOS (sacctmgr) -----------------------------------------------------------------
 
 # Slurm's database keeps these names in lower case: a blueprint that says "Vision" would never match.
@@ -771,6 +810,7 @@ class Blueprint(Strict):
     filesystems: list[Filesystem] = Field(default_factory=list)
     containers: Containers = Containers()
     health: HealthSettings = HealthSettings()
+    monitoring: MonitoringSettings = MonitoringSettings()
     accounting: AccountingSpec | None = Field(None, description="accounts, users and QOS (needs slurm.accounting)")
     users: dict[UserName, UnixUser] = Field(
         default_factory=dict, description="local Unix users made alike on every Slurm host: name -> uid, gid ..."

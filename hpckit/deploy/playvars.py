@@ -1,8 +1,8 @@
 """Blueprint + SSH access -> the inventory and extravars of one site.yml run. Pure.
 
 The one place that composes what the deploy needs from every area: the Slurm contract
-(`hpckit.deploy.inventory`), the GPU-side roles (`hpckit.deploy.gpu_vars`) and the health checks
-(`hpckit.health.deployvars`). `hpckit deploy`, `hpckit plan` and the tests all call `build_vars`.
+(`hpckit.deploy.inventory`), the GPU-side roles (`hpckit.deploy.gpu_vars`), the health checks
+(`hpckit.health.deployvars`) and monitoring (`hpckit.deploy.monitoring`). `hpckit deploy`, `hpckit plan` and the tests all call `build_vars`.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from hpckit.blueprint.models import Blueprint
 from hpckit.clusters import SshAccess
 from hpckit.deploy.gpu_vars import merge_gpu_vars
 from hpckit.deploy.install_vars import install_extravars
+from hpckit.deploy.monitoring import monitoring_extravars
 from hpckit.deploy.inventory import build_extravars, build_inventory, partition_groups
 from hpckit.deploy.release_vars import release_extravars
 from hpckit.health.deployvars import health_extravars, health_host_vars, slurm_conf_lines
@@ -27,6 +28,7 @@ def build_vars(bp: Blueprint, access: SshAccess) -> tuple[dict[str, Any], dict[s
     _add_health_host_vars(bp, inventory)
     extravars.update(health_extravars(bp))
     extravars.update(install_extravars(bp))
+    extravars.update(monitoring_extravars(bp))
     extravars["slurm_conf_overrides"] = with_health_conf(bp, extravars.get("slurm_conf_overrides", {}))
     # Last: the cluster's Slurm release decides which keys are written and which changes restart.
     extravars.update(release_extravars(bp, extravars["slurm_conf_overrides"]))

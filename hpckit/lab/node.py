@@ -36,6 +36,7 @@ OVERLAY_DIRS = (
     "/var/lib/munge",
     "/var/lib/mysql",
     "/var/lib/slurm",
+    "/var/lib/prometheus",  # Prometheus' database and node exporter's textfiles: each node's own
 )
 # Plain per-node directories: scratch space that starts empty.
 SCRATCH_DIRS = {"/tmp": "tmp", "/var/tmp": "var-tmp"}
