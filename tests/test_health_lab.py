@@ -1,5 +1,7 @@
 """Health checks on a lab cluster of their own (net 10.77.49, bridge hpckh49): the quick tier as Slurm's
-HealthCheckProgram, the nightly schedule, clean and faulty sweeps, self-resume, the circuit breaker.
+HealthCheckProgram, the nightly schedule, clean and faulty sweeps, self-resume, the circuit breaker; and the
+monitoring that watches them: Prometheus on the controller scraping every host and hpckit's Slurm exporter,
+its alerts firing on the planted faults and resolving after the fix.
 
 The faults are planted inside the nodes' namespaces and undone at the end of each test; the whole lab
 is destroyed at the end of the module. Slurm runs the quick tier every INTERVAL seconds on every node.
@@ -10,6 +12,8 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +27,9 @@ pytestmark = [pytest.mark.lab, needs_lab()]
 NAME, NET, BRIDGE = "healthci", "10.77.49", "hpckh49"
 INTERVAL = 30  # the shortest HealthCheckInterval a blueprint accepts
 HEALTH = "/etc/hpckit/hpckit-health"
+SCRAPE = 5  # Prometheus' scrape and rule interval here (monitoring.scrape_interval_s)
+PROMETHEUS = f"http://{NET}.10:9090"  # on the controller
+TEXTFILE = "/var/lib/prometheus/node-exporter/hpckit_health.prom"
 
 
 class HealthLab:
@@ -60,6 +67,22 @@ class HealthLab:
         data: dict[str, Any] = json.loads((self.store / "latest" / f"{node}.json").read_text())
         return data
 
+    def prometheus(self, path: str, **query: str) -> Any:
+        url = f"{PROMETHEUS}{path}" + (f"?{urllib.parse.urlencode(query)}" if query else "")
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            body = json.load(answer)
+        assert body["status"] == "success", body
+        return body["data"]
+
+    def firing(self, alert: str) -> dict[str, dict[str, str]]:
+        """The alerts of that name Prometheus has firing: node (or host) -> labels."""
+        alerts = self.prometheus("/api/v1/alerts")["alerts"]
+        return {
+            a["labels"].get("node", a["labels"].get("host", "")): a["labels"]
+            for a in alerts
+            if a["labels"]["alertname"] == alert and a["state"] == "firing"
+        }
+
     def quick(self, node: str) -> None:
         """A run of the node's own quick tier, as slurmd would start it."""
         self.lx(node, "/etc/hpckit/health-check", check=False)
@@ -79,7 +102,9 @@ def _blueprint(tmp: Path) -> Path:
     path = lab_blueprint(tmp, NAME, NET, BRIDGE)
     text = path.read_text().replace("  accounting: true\n", "  accounting: false\n")
     text = text.replace("  quick_interval_s: 300\n", f"  quick_interval_s: {INTERVAL}\n")
-    assert f"quick_interval_s: {INTERVAL}" in text
+    monitoring = f"monitoring:\n  enabled: true\n  scrape_interval_s: {SCRAPE}\n"
+    text = text.replace("monitoring:\n  enabled: false\n", monitoring)
+    assert f"quick_interval_s: {INTERVAL}" in text and "scrape_interval_s" in text
     path.write_text(text)
     return path
 
@@ -96,6 +121,31 @@ def hlab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HealthLab]:
         yield HealthLab(cluster, shared_dir_source(NAME, "/shared") / "hpckit" / "health")
     finally:
         cluster.destroy()
+
+
+def test_prometheus_scrapes_every_host_and_slurm(hlab: HealthLab) -> None:
+    def all_up() -> bool:
+        targets = hlab.prometheus("/api/v1/targets")["activeTargets"]
+        return len(targets) == 8 and all(t["health"] == "up" for t in targets)
+
+    wait_for("every target up (prometheus, 6 node exporters, hpckit's Slurm exporter)", all_up, timeout=60)
+    targets = hlab.prometheus("/api/v1/targets")["activeTargets"]
+    hosts = sorted(t["labels"]["host"] for t in targets if t["labels"]["job"] == "node")
+    assert hosts == ["ctl", "login", "node1", "node2", "node3", "node4"]
+    idle = hlab.prometheus("/api/v1/query", query='slurm_nodes{state="idle"}')["result"]
+    assert [r["value"][1] for r in idle] == ["4"], idle
+    up = hlab.prometheus("/api/v1/query", query="sum(slurm_node_up)")["result"]
+    assert [r["value"][1] for r in up] == ["4"], up
+    rules = hlab.prometheus("/api/v1/rules")["groups"]
+    assert {r["name"] for g in rules for r in g["rules"]} >= {"HpckitNodeDrained", "SlurmNodeDown"}
+    assert hlab.prometheus("/api/v1/alerts")["alerts"] == []
+
+
+def test_second_deploy_changes_nothing(hlab: HealthLab) -> None:
+    again = hlab.cluster.deploy()
+    assert again.rc == 0, again.stdout + again.stderr
+    hosts = again.json()["hosts"]
+    assert isinstance(hosts, dict) and {h: t["changed"] for h, t in hosts.items()} == dict.fromkeys(hosts, 0)
 
 
 def test_quick_tier_runs_as_health_check_program(hlab: HealthLab) -> None:
@@ -189,6 +239,10 @@ def test_planted_faults_drain_exactly_those_nodes_and_they_resume(hlab: HealthLa
         }
         wait_for("the three faulty nodes drained", lambda: hlab.drained() == expected, timeout=3 * INTERVAL)
         assert "node4" in summary["skipped"] and admin in summary["skipped"]["node4"]
+        # The rule fires at its first evaluation (no `for:`): within two scrape intervals and a rule round.
+        drained = {n: r for n, r in expected.items() if r.startswith("hpckit:")}
+        wait_for("HpckitNodeDrained firing", lambda: set(hlab.firing("HpckitNodeDrained")) == set(drained), 6 * SCRAPE)
+        assert {n: a["reason"] for n, a in hlab.firing("HpckitNodeDrained").items()} == drained
     finally:
         hlab.lx("node1", "/etc/init.d/munge", "start", check=False)
         hlab.lx("node2", "mount", "-o", "remount,rw,bind", "/shared", check=False)
@@ -197,6 +251,7 @@ def test_planted_faults_drain_exactly_those_nodes_and_they_resume(hlab: HealthLa
     for _ in range(2):
         hlab.quick("node1")  # node1 may still be "not responding" for slurmctld for a while
     wait_for("the fixed nodes resumed", lambda: hlab.drained() == {"node4": admin}, timeout=15 * INTERVAL)
+    wait_for("HpckitNodeDrained resolved", lambda: hlab.firing("HpckitNodeDrained") == {}, 6 * SCRAPE)
     assert hlab.states()["node4"] == ("drained", admin)
     hlab.login("scontrol", "update", "nodename=node4", "state=resume")
     wait_for("node4 back", lambda: hlab.drained() == {})
@@ -214,11 +269,14 @@ def test_same_fault_on_three_of_four_trips_the_breaker(hlab: HealthLab) -> None:
 
         wait_for("two quick runs on the faulty nodes", seen_twice)
         assert hlab.drained() == {}  # the quick tiers held back: 3 of 4 nodes fail gpu.count
-        summary = hlab.sweep()
+        summary = hlab.sweep("--textfile", TEXTFILE)  # as the scheduled sweep writes it with monitoring on
         assert [(t["check"], t["failing"], t["checked"]) for t in summary["circuit_breaker"]] == [
             ("gpu.count", list(planted), 4)
         ]
         assert hlab.drained() == {}
+        breaker = lambda: hlab.firing("HpckitCircuitBreakerHolding")  # noqa: E731
+        wait_for("HpckitCircuitBreakerHolding firing", lambda: "gpu.count" in {a["check"] for a in breaker().values()},
+                 6 * SCRAPE)  # fmt: skip
     finally:
         for node in planted:
             hlab.lx(node, "sh", "-c", "test -e /dev/nvidia2 || mknod -m 0666 /dev/nvidia2 c 1 3", check=False)

@@ -12,7 +12,7 @@ from hpckit import __version__
 from hpckit.errors import HpckitError
 
 # The modules under hpckit.cli that define commands, each in a list named COMMANDS.
-GROUPS = ["blueprint", "deploy", "accounts", "results", "jobs", "bench", "health", "preflight", "lab"]
+GROUPS = ["blueprint", "deploy", "accounts", "results", "jobs", "bench", "health", "preflight", "lab", "metrics"]
 # Which of them defines each command. A command's module is imported when that command runs, not at
 # start-up: `hpckit submit` would otherwise pay for pandas and matplotlib (results, bench) on every call.
 # Only a shortcut: a command missing here is still found, by loading every module (tests/test_cli.py
@@ -36,6 +36,7 @@ HOMES = {
     "health": "health",
     "preflight": "preflight",
     "lab": "lab",
+    "metrics": "metrics",
 }
 
 

@@ -28,7 +28,7 @@ SLURM_METRICS_PATHS = ("nodes", "jobs", "partitions", "scheduler")
 # The sweep's verdict values (hpckit.health: 0 OK, 1 WARN, 2 UNKNOWN, 3 FAIL).
 FAIL = 3
 
-__all__ = ["monitoring_extravars", "prometheus_config", "alert_rules", "alertmanager_config", "slurm_serves_metrics"]
+__all__ = ["alert_rules", "alertmanager_config", "monitoring_extravars", "prometheus_config", "slurm_serves_metrics"]
 
 
 def monitoring_extravars(bp: Blueprint) -> dict[str, Any]:
@@ -80,8 +80,8 @@ def prometheus_config(bp: Blueprint) -> dict[str, Any]:
     if slurm_serves_metrics(bp):
         ctl = f"{_address(bp, bp.controller.host)}:{SLURMCTLD_PORT}"
         jobs += [
-            {"job_name": f"slurmctld-{path}", "metrics_path": f"/metrics/{path}", "static_configs": [{"targets": [ctl]}]}
-            for path in SLURM_METRICS_PATHS
+            {"job_name": f"slurmctld-{p}", "metrics_path": f"/metrics/{p}", "static_configs": [{"targets": [ctl]}]}
+            for p in SLURM_METRICS_PATHS
         ]
     return {
         "global": {"scrape_interval": interval, "evaluation_interval": interval},
@@ -120,8 +120,8 @@ def alert_rules(bp: Blueprint) -> dict[str, Any]:
               "{{ $labels.host }} does not answer Prometheus (node exporter)"),
     ]  # fmt: skip
     if bp.slurm.accounting:
-        slurm.insert(2, _rule("SlurmdbdUnreachable", "slurm_dbd_up == 0", 300, "critical",
-                              "slurmdbd does not answer: accounting and limits are not enforced from the database"))  # fmt: skip
+        dbd = "slurmdbd does not answer: accounting and limits are not enforced from the database"
+        slurm.insert(2, _rule("SlurmdbdUnreachable", "slurm_dbd_up == 0", 300, "critical", dbd))
     return {"groups": [{"name": "hpckit-slurm", "rules": slurm}, {"name": "hpckit-health", "rules": _health_rules(bp)}]}
 
 

@@ -2,7 +2,8 @@
 
 The one place that composes what the deploy needs from every area: the Slurm contract
 (`hpckit.deploy.inventory`), the GPU-side roles (`hpckit.deploy.gpu_vars`), the health checks
-(`hpckit.health.deployvars`) and monitoring (`hpckit.deploy.monitoring`). `hpckit deploy`, `hpckit plan` and the tests all call `build_vars`.
+(`hpckit.health.deployvars`) and monitoring (`hpckit.deploy.monitoring`). `hpckit deploy`, `hpckit plan` and
+the tests all call `build_vars`.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from hpckit.blueprint.models import Blueprint
 from hpckit.clusters import SshAccess
 from hpckit.deploy.gpu_vars import merge_gpu_vars
 from hpckit.deploy.install_vars import install_extravars
-from hpckit.deploy.monitoring import monitoring_extravars
 from hpckit.deploy.inventory import build_extravars, build_inventory, partition_groups
+from hpckit.deploy.monitoring import monitoring_extravars
 from hpckit.deploy.release_vars import release_extravars
 from hpckit.health.deployvars import health_extravars, health_host_vars, slurm_conf_lines
 

@@ -14,6 +14,8 @@ from hpckit.slurm.parsers import SINFO_NODES_FORMAT, NodeState, parse_sinfo_node
 
 # %E (the reason) comes last: it is free text and may itself hold a "|".
 SINFO_FLEET_FORMAT = "%N|%T|%P|%E"
+# The metrics exporter's squeue fields: job id, long state, submit time, reason (last: free text, it may hold "|").
+SQUEUE_METRICS_FORMAT = "%i|%T|%V|%r"
 # How --begin takes a time, and squeue's %S prints one.
 SLURM_TIME = "%Y-%m-%dT%H:%M:%S"
 
@@ -64,6 +66,18 @@ class SlurmClient:
     def update_node(self, node: str, *settings: str) -> None:
         """``scontrol update nodename=NODE`` with `settings` (state=drain, reason=...)."""
         self._stdout("scontrol", "update", f"nodename={node}", *settings)
+
+    def sinfo_nodes(self, timeout: float = 30.0) -> CommandResult:
+        """``sinfo -h -N -o '%N|%T|%E'`` (for parsers.parse_sinfo_nodes), for the caller to judge."""
+        return self.run("sinfo", "-h", "-N", "-o", SINFO_NODES_FORMAT, timeout=timeout)
+
+    def sdiag(self, timeout: float = 30.0) -> CommandResult:
+        """slurmctld's own statistics, as text."""
+        return self.run("sdiag", timeout=timeout)
+
+    def clusters(self, timeout: float = 30.0) -> CommandResult:
+        """The clusters slurmdbd knows: succeeds only when slurmdbd answers."""
+        return self.run("sacctmgr", "-n", "-P", "show", "cluster", "format=cluster", timeout=timeout)
 
     def partitions(self) -> CommandResult:
         return self.run("sinfo", "-h", "-o", "%R")
@@ -121,6 +135,11 @@ class SlurmClient:
         if partition:
             argv.append(f"--partition={partition}")
         return self._stdout(*argv, f"--wrap={command}").strip().split(";")[0]
+
+    def squeue_all(self, timeout: float = 30.0) -> CommandResult:
+        """Every job of every user, hidden partitions too (-a), a line per array task (-r: a pending array
+        counts as the jobs it will be), as SQUEUE_METRICS_FORMAT."""
+        return self.run("squeue", "-h", "-a", "-r", "-o", SQUEUE_METRICS_FORMAT, timeout=timeout)
 
     def pending(self, name: str) -> str:
         """``JOBID|BEGIN`` lines of the pending jobs named `name`."""
