@@ -334,6 +334,7 @@ def test_site_plays_come_in_the_order_the_cluster_needs() -> None:
         ["Container smoke test"],
         ["hpckit_login"],  # hpckit on the compute nodes where it is a wheel (not shared), before
         ["hpckit_health"],  # the health checks that run it
+        ["monitoring"],  # last: hpckit on the login node (its Slurm exporter), the sweep's textfile dir
     ]
     # Only the first play gathers (the service manager, cached): the others cost no fact round trip.
     assert [p.get("gather_facts", True) for p in plays[1:]] == [False] * (len(plays) - 1)

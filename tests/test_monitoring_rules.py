@@ -13,7 +13,13 @@ import pytest
 import yaml
 
 from hpckit.blueprint import Blueprint, load_blueprint
-from hpckit.deploy.monitoring import alert_rules, alertmanager_config, monitoring_extravars, prometheus_config
+from hpckit.deploy.monitoring import (
+    alert_rules,
+    alertmanager_config,
+    monitoring_extravars,
+    prometheus_config,
+    prometheus_text,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 PROMTOOL = shutil.which("promtool")
@@ -102,6 +108,11 @@ def with_monitoring(name: str, **changes: Any) -> Blueprint:
     return bp.model_copy(update={"monitoring": bp.monitoring.model_copy(update={"enabled": True, **changes})})
 
 
+def rules_text(bp: Blueprint) -> str:
+    """The rule file as the role writes it (its template's filters: see hpckit.deploy.monitoring)."""
+    return prometheus_text(yaml.safe_dump(alert_rules(bp), sort_keys=False))
+
+
 def names(rules: dict[str, Any]) -> list[str]:
     return [r["alert"] for g in rules["groups"] for r in g["rules"]]
 
@@ -160,7 +171,7 @@ def test_rules_follow_the_blueprint() -> None:
 @needs_promtool
 @pytest.mark.parametrize("bp", BLUEPRINTS)
 def test_promtool_tests_every_rule(bp: Blueprint, tmp_path: Path) -> None:
-    (tmp_path / "rules.yml").write_text(yaml.safe_dump(alert_rules(bp), sort_keys=False))
+    (tmp_path / "rules.yml").write_text(rules_text(bp))
     (tmp_path / "tests.yml").write_text(yaml.safe_dump(rule_tests(bp), sort_keys=False))
     done = subprocess.run(
         [str(PROMTOOL), "test", "rules", "tests.yml"], cwd=tmp_path, capture_output=True, text=True, timeout=120
@@ -172,7 +183,7 @@ def test_promtool_tests_every_rule(bp: Blueprint, tmp_path: Path) -> None:
 @pytest.mark.parametrize("bp", BLUEPRINTS)
 def test_configs_pass_prometheus_own_checks(bp: Blueprint, tmp_path: Path) -> None:
     rules = tmp_path / "rules.yml"
-    rules.write_text(yaml.safe_dump(alert_rules(bp), sort_keys=False))
+    rules.write_text(rules_text(bp))
     config = {**prometheus_config(bp), "rule_files": [str(rules)]}
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
     (tmp_path / "alertmanager.yml").write_text(yaml.safe_dump(alertmanager_config(bp), sort_keys=False))
@@ -212,3 +223,12 @@ def test_receivers_from_the_blueprint() -> None:
     (receiver,) = alertmanager_config(bp)["receivers"]
     assert receiver["webhook_configs"] == [{"url": "http://relay:9000/hook", "send_resolved": True}]
     assert receiver["email_configs"][0]["smarthost"] == "mail:25"
+
+
+def test_no_braces_ansible_would_render() -> None:
+    """Ansible renders {{ }} in any variable: the rules carry Prometheus' templates as [[ ]], and their
+    expressions have neither (the role turns every [[ ]] into {{ }})."""
+    text = yaml.safe_dump(alert_rules(with_monitoring("h100-ib.yaml")))
+    assert "{{" not in text and "[[ $labels.node ]]" in text
+    for group in alert_rules(with_monitoring("h100-ib.yaml"))["groups"]:
+        assert not [r["expr"] for r in group["rules"] if "[[" in r["expr"] or "]]" in r["expr"]]

@@ -28,7 +28,14 @@ SLURM_METRICS_PATHS = ("nodes", "jobs", "partitions", "scheduler")
 # The sweep's verdict values (hpckit.health: 0 OK, 1 WARN, 2 UNKNOWN, 3 FAIL).
 FAIL = 3
 
-__all__ = ["alert_rules", "alertmanager_config", "monitoring_extravars", "prometheus_config", "slurm_serves_metrics"]
+__all__ = [
+    "alert_rules",
+    "alertmanager_config",
+    "monitoring_extravars",
+    "prometheus_config",
+    "prometheus_text",
+    "slurm_serves_metrics",
+]
 
 
 def monitoring_extravars(bp: Blueprint) -> dict[str, Any]:
@@ -91,6 +98,16 @@ def prometheus_config(bp: Blueprint) -> dict[str, Any]:
     }
 
 
+# Prometheus' own templates ({{ $labels.node }}) are written [[ $labels.node ]] in these variables: Ansible
+# would render {{ }} in a variable as Jinja. The role's templates, and prometheus_text, turn them back.
+_OPEN, _CLOSE = "[[", "]]"
+
+
+def prometheus_text(text: str) -> str:
+    """A rule file's text as Prometheus reads it (what the role's template writes)."""
+    return text.replace(_OPEN, "{{").replace(_CLOSE, "}}")
+
+
 def _rule(name: str, expr: str, for_s: int, severity: str, summary: str) -> dict[str, Any]:
     rule: dict[str, Any] = {"alert": name, "expr": expr}
     if for_s:
@@ -106,18 +123,18 @@ def alert_rules(bp: Blueprint) -> dict[str, Any]:
     down = mon.node_down_for_s
     slurm = [
         _rule("HpckitSlurmExporterDown", 'up{job="hpckit-slurm"} == 0', 120, "critical",
-              "hpckit's Slurm exporter on {{ $labels.host }} does not answer: no Slurm metrics, no Slurm alerts"),
+              "hpckit's Slurm exporter on [[ $labels.host ]] does not answer: no Slurm metrics, no Slurm alerts"),
         _rule("SlurmctldUnreachable", "slurm_up == 0", 120, "critical",
-              "slurmctld does not answer the Slurm clients on {{ $labels.host }}"),
+              "slurmctld does not answer the Slurm clients on [[ $labels.host ]]"),
         _rule("SlurmNodeDown", "slurm_node_up == 0", down, "warning",
-              "{{ $labels.node }} is down or not responding to slurmctld"),
+              "[[ $labels.node ]] is down or not responding to slurmctld"),
         _rule("HpckitNodeDrained", "slurm_node_drained_by_hpckit == 1", 0, "warning",
-              "hpckit drained {{ $labels.node }}: {{ $labels.reason }}"),
+              "hpckit drained [[ $labels.node ]]: [[ $labels.reason ]]"),
         _rule("SlurmJobsPendingOnResources",
               f'slurm_job_pending_oldest_seconds{{reason="Resources"}} > {mon.pending_resources_max_s}', 0, "warning",
               f"a job has waited for resources longer than {mon.pending_resources_max_s} s"),
         _rule("NodeExporterDown", 'up{job="node"} == 0', down, "warning",
-              "{{ $labels.host }} does not answer Prometheus (node exporter)"),
+              "[[ $labels.host ]] does not answer Prometheus (node exporter)"),
     ]  # fmt: skip
     if bp.slurm.accounting:
         dbd = "slurmdbd does not answer: accounting and limits are not enforced from the database"
@@ -128,18 +145,18 @@ def alert_rules(bp: Blueprint) -> dict[str, Any]:
 def _health_rules(bp: Blueprint) -> list[dict[str, Any]]:
     rules = [
         _rule("HpckitCircuitBreakerHolding", "hpckit_health_circuit_breaker_tripped > 0", 0, "critical",
-              "{{ $labels.check }} fails on {{ $value }} nodes: hpckit holds its drains, look at the fleet"),
+              "[[ $labels.check ]] fails on [[ $value ]] nodes: hpckit holds its drains, look at the fleet"),
         _rule("SharedFilesystemMissing", f'hpckit_health_status{{check="host.mounts"}} == {FAIL}', 0, "critical",
-              "{{ $labels.node }}: a shared filesystem is missing or read-only ({{ $labels.metric }})"),
+              "[[ $labels.node ]]: a shared filesystem is missing or read-only ([[ $labels.metric ]])"),
         _rule("HpckitHealthSweepStale", "time() - hpckit_health_last_sweep_timestamp_seconds > 172800", 0, "warning",
               "the nightly health sweep has not run for two days"),
     ]  # fmt: skip
     if any(hw.gpus for part in bp.partitions for hw in bp.node_hardware(part)):
         rules += [
             _rule("GpuXidErrors", f'hpckit_health_status{{check="gpu.xid"}} == {FAIL}', 0, "critical",
-                  "{{ $labels.node }}: GPU XID errors ({{ $labels.metric }})"),
+                  "[[ $labels.node ]]: GPU XID errors ([[ $labels.metric ]])"),
             _rule("GpuEccErrors", f'hpckit_health_status{{check=~"gpu.ecc|gpu.remap"}} == {FAIL}', 0, "critical",
-                  "{{ $labels.node }}: GPU memory errors ({{ $labels.check }}, {{ $labels.metric }})"),
+                  "[[ $labels.node ]]: GPU memory errors ([[ $labels.check ]], [[ $labels.metric ]])"),
         ]  # fmt: skip
     return rules
 
