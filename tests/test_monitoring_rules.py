@@ -232,3 +232,30 @@ def test_no_braces_ansible_would_render() -> None:
     assert "{{" not in text and "[[ $labels.node ]]" in text
     for group in alert_rules(with_monitoring("h100-ib.yaml"))["groups"]:
         assert not [r["expr"] for r in group["rules"] if "[[" in r["expr"] or "]]" in r["expr"]]
+
+
+def test_targets_follow_the_blueprints_nodes() -> None:
+    """Day 2: the deploy that adds or removes nodes hands Prometheus the new list (no target kept by hand)."""
+    from hpckit.blueprint import parse_blueprint
+
+    text = (REPO / "blueprints" / "lab.yaml").read_text().replace("monitoring:\n  enabled: false", "monitoring: {}")
+    bp = parse_blueprint(text)
+    grown = parse_blueprint(text.replace("node[1-4]", "node[1-6]").replace(".[21-24]", ".[21-26]"))
+
+    def hosts(blueprint: Blueprint) -> list[str]:
+        jobs = {j["job_name"]: j for j in prometheus_config(blueprint)["scrape_configs"]}
+        return [c["labels"]["host"] for c in jobs["node"]["static_configs"]]
+
+    assert hosts(bp) == ["ctl", "login", "node1", "node2", "node3", "node4"]
+    assert hosts(grown) == ["ctl", "login", *(f"node{i}" for i in range(1, 7))]
+
+
+def test_plan_labels_a_monitoring_change_as_harmless_to_jobs() -> None:
+    from hpckit.deploy.changes import Action, plan_changes
+    from hpckit.deploy.events import ConfigDiff
+
+    diff = ConfigDiff(
+        "ctl", "Write the alert rules", "/etc/prometheus/hpckit-rules.yml", "groups: []\n", "groups: [x]\n"
+    )
+    (change,) = plan_changes([diff])
+    assert change.action == Action.NONE and change.file == "/etc/prometheus/hpckit-rules.yml"
