@@ -259,3 +259,14 @@ def test_plan_labels_a_monitoring_change_as_harmless_to_jobs() -> None:
     )
     (change,) = plan_changes([diff])
     assert change.action == Action.NONE and change.file == "/etc/prometheus/hpckit-rules.yml"
+
+
+def test_dcgm_exporter_where_the_site_runs_it() -> None:
+    """dcgm-exporter is the site's (its DCGM and driver): with its port given, every GPU node is scraped there."""
+    assert "dcgm" not in {j["job_name"] for j in prometheus_config(with_monitoring("h100-ib.yaml"))["scrape_configs"]}
+    jobs = {
+        j["job_name"]: j
+        for j in prometheus_config(with_monitoring("h100-ib.yaml", dcgm_exporter_port=9400))["scrape_configs"]
+    }
+    configs = jobs["dcgm"]["static_configs"]
+    assert len(configs) == 16 and configs[0] == {"targets": ["10.10.0.101:9400"], "labels": {"host": "gpu001"}}

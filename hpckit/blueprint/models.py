@@ -628,6 +628,9 @@ class MonitoringSettings(Strict):
         3600, ge=60, description="a job pending on Resources longer than this fires an alert"
     )
     slurm_exporter_port: int = Field(9341, ge=1024, le=65535)
+    dcgm_exporter_port: int | None = Field(
+        None, ge=1, le=65535, description="where the site runs NVIDIA's dcgm-exporter on GPU nodes: scraped there"
+    )
     alerts: AlertReceivers = AlertReceivers()
 
 

@@ -84,6 +84,8 @@ def prometheus_config(bp: Blueprint) -> dict[str, Any]:
             ],
         },
     ]
+    if bp.monitoring.dcgm_exporter_port is not None:
+        jobs.append({"job_name": "dcgm", "static_configs": _gpu_nodes(bp, bp.monitoring.dcgm_exporter_port)})
     if slurm_serves_metrics(bp):
         ctl = f"{_address(bp, bp.controller.host)}:{SLURMCTLD_PORT}"
         jobs += [
@@ -106,6 +108,15 @@ _OPEN, _CLOSE = "[[", "]]"
 def prometheus_text(text: str) -> str:
     """A rule file's text as Prometheus reads it (what the role's template writes)."""
     return text.replace(_OPEN, "{{").replace(_CLOSE, "}}")
+
+
+def _gpu_nodes(bp: Blueprint, port: int) -> list[dict[str, Any]]:
+    gpu = {name for part, name, _ in bp.compute_hosts() if any(hw.gpus for hw in bp.node_hardware(part))}
+    return [
+        {"targets": [f"{e.address or e.name}:{port}"], "labels": {"host": e.name}}
+        for e in host_entries(bp)
+        if e.name in gpu
+    ]
 
 
 def _rule(name: str, expr: str, for_s: int, severity: str, summary: str) -> dict[str, Any]:
