@@ -75,8 +75,9 @@ def cases(bp: Blueprint) -> dict[str, dict[str, Any]]:
             {**EXP_NODE, "node": "gpu003", "check": "host.mounts", "metric": "/home"},
             "gpu003: a shared filesystem is missing or read-only (/home)"),
         "HpckitHealthSweepStale": _case(
-            f"hpckit_health_last_sweep_timestamp_seconds{{{NODE}}}", "0x60", "49h", EXP_NODE,
-            "the nightly health sweep has not run for two days", interval="1h"),
+            # a sweep two days and a minute before the test's clock starts (at 0): no 49 h of evaluations
+            f"hpckit_health_last_sweep_timestamp_seconds{{{NODE}}}", "-172860x4", "1m", EXP_NODE,
+            "the nightly health sweep has not run for two days"),
         "GpuXidErrors": _case(
             f'hpckit_health_status{{{NODE},node="gpu003",check="gpu.xid",metric="xid79"}}', "3x4", "1m",
             {**EXP_NODE, "node": "gpu003", "check": "gpu.xid", "metric": "xid79"},
