@@ -271,3 +271,21 @@ def test_dcgm_exporter_where_the_site_runs_it() -> None:
     }
     configs = jobs["dcgm"]["static_configs"]
     assert len(configs) == 16 and configs[0] == {"targets": ["10.10.0.101:9400"], "labels": {"host": "gpu001"}}
+
+
+@needs_promtool
+def test_the_roles_files_as_expand_renders_them(tmp_path: Path) -> None:
+    """`hpckit expand` renders the role's own templates: the rules come out with Prometheus' {{ }} back, pass
+    promtool, and say what the rule data says."""
+    from hpckit.deploy.expand import expand
+
+    bp = with_monitoring("h100-ib.yaml")
+    expand(bp, tmp_path)
+    folder = tmp_path / "files" / "head01" / "etc" / "prometheus"
+    rules = (folder / "hpckit-rules.yml").read_text()
+    assert "{{ $labels.node }}" in rules and "[[" not in rules
+    assert yaml.safe_load(rules) == yaml.safe_load(rules_text(bp))
+    # the config names the rules at their place on the host: here its syntax alone
+    for argv in (["check", "rules", "hpckit-rules.yml"], ["check", "config", "--syntax-only", "prometheus.yml"]):
+        done = subprocess.run([str(PROMTOOL), *argv], cwd=folder, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr

@@ -45,6 +45,7 @@ class Config:
     when: str = "true"  # Jinja expression in the host's variables, as the role's task checks it
     facts: Mapping[str, Any] = field(default_factory=dict)  # what the role learns at run time, assumed
     assumes: str = ""
+    braces: bool = False  # the file's own syntax has {{ }} (Prometheus' alert templates): not left unresolved
 
 
 CONFIGS: tuple[Config, ...] = (
@@ -115,6 +116,22 @@ CONFIGS: tuple[Config, ...] = (
     *(
         Config("hpckit_health", "health.json.j2", "{{ hpckit_health_config_dir }}/health.json", scope)
         for scope in ("compute", "login")
+    ),
+    *(
+        Config(
+            "monitoring",
+            template,
+            dest,
+            "controller",
+            when="monitoring_enabled | bool and monitoring_host == inventory_hostname",
+            assumes="Prometheus on the controller (a monitoring.host elsewhere gets the same files)",
+            braces=template == "hpckit-rules.yml.j2",
+        )
+        for template, dest in (
+            ("prometheus.yml.j2", "/etc/prometheus/prometheus.yml"),
+            ("hpckit-rules.yml.j2", "{{ monitoring_rules_file }}"),
+            ("alertmanager.yml.j2", "/etc/prometheus/alertmanager.yml"),
+        )
     ),
 )
 
@@ -338,9 +355,9 @@ class RenderError(RuntimeError):
     """A template needed what only a run on the host can tell."""
 
 
-def render(role: str, template: str, ctx: Mapping[str, Any]) -> str:
+def render(role: str, template: str, ctx: Mapping[str, Any], *, braces: bool = False) -> str:
     out = str(_fill(_text(_template_source(role, template)), ctx))
-    if "{{" in out or "{%" in out:  # a variable left unresolved (it needs a run) was written as it stands
+    if ("{{" in out and not braces) or "{%" in out:  # a variable left unresolved (it needs a run) written as it stands
         line = next(li for li in out.splitlines() if "{{" in li or "{%" in li)
         raise RenderError(f"{role}/templates/{template}: needs what only a run can tell: {line.strip()}")
     return out
@@ -421,7 +438,7 @@ class _Renderer:
         if not _true(config.when, ctx):
             return []
         dest = _fill(_text(config.dest), ctx)
-        text = render(config.role, config.template, ctx)
+        text = render(config.role, config.template, ctx, braces=config.braces)
         # The label is the class's hostlist already (collecting 10,000 names again per file cost 20 %).
         return [
             Rendered(f"{klass.folder}{dest}", dest, klass.label, config.role, config.template, text, config.assumes)
