@@ -18,6 +18,7 @@ from hpckit.deploy.build_record import install_record
 from hpckit.deploy.events import Tracker, apt_reason_lost, explain_failures
 from hpckit.deploy.inventory import host_entries
 from hpckit.deploy.join import SLURMD_LOG, JoinReport, wait_for_join
+from hpckit.deploy.limit import limit_guard
 from hpckit.deploy.playvars import build_vars
 from hpckit.deploy.record import RECORDED_CONFIGS, DeploymentRecord, retired_hosts, run_info
 from hpckit.deploy.runner import PlaybookRun, RunOutcome, ansible_version, run_playbook
@@ -78,8 +79,9 @@ def installable(bp: Blueprint) -> None:
 def deploy(bp: Blueprint, tracker: Tracker, sink: EventSink, opts: DeployOptions | None = None) -> DeployResult:
     installable(bp)
     release_guard(bp)
-    bp = with_local_containers(with_local_source(bp))
     opts = opts or DeployOptions()
+    limit_guard(bp, opts.limit)
+    bp = with_local_containers(with_local_source(bp))
     timings: dict[str, float] = {}
     t0 = time.monotonic()
     target = prepare_target(bp)
