@@ -239,9 +239,10 @@ def test_planted_faults_drain_exactly_those_nodes_and_they_resume(hlab: HealthLa
         }
         wait_for("the three faulty nodes drained", lambda: hlab.drained() == expected, timeout=3 * INTERVAL)
         assert "node4" in summary["skipped"] and admin in summary["skipped"]["node4"]
-        # The rule fires at its first evaluation (no `for:`): within two scrape intervals and a rule round.
+        # The rule fires at its first evaluation (no `for:`): within the exporter's 10 s cache, a scrape and a
+        # rule round; twice that on a busy machine.
         drained = {n: r for n, r in expected.items() if r.startswith("hpckit:")}
-        wait_for("HpckitNodeDrained firing", lambda: set(hlab.firing("HpckitNodeDrained")) == set(drained), 6 * SCRAPE)
+        wait_for("HpckitNodeDrained firing", lambda: set(hlab.firing("HpckitNodeDrained")) == set(drained), 12 * SCRAPE)
         assert {n: a["reason"] for n, a in hlab.firing("HpckitNodeDrained").items()} == drained
     finally:
         hlab.lx("node1", "/etc/init.d/munge", "start", check=False)
@@ -251,7 +252,7 @@ def test_planted_faults_drain_exactly_those_nodes_and_they_resume(hlab: HealthLa
     for _ in range(2):
         hlab.quick("node1")  # node1 may still be "not responding" for slurmctld for a while
     wait_for("the fixed nodes resumed", lambda: hlab.drained() == {"node4": admin}, timeout=15 * INTERVAL)
-    wait_for("HpckitNodeDrained resolved", lambda: hlab.firing("HpckitNodeDrained") == {}, 6 * SCRAPE)
+    wait_for("HpckitNodeDrained resolved", lambda: hlab.firing("HpckitNodeDrained") == {}, 12 * SCRAPE)
     assert hlab.states()["node4"] == ("drained", admin)
     hlab.login("scontrol", "update", "nodename=node4", "state=resume")
     wait_for("node4 back", lambda: hlab.drained() == {})
@@ -276,7 +277,7 @@ def test_same_fault_on_three_of_four_trips_the_breaker(hlab: HealthLab) -> None:
         assert hlab.drained() == {}
         breaker = lambda: hlab.firing("HpckitCircuitBreakerHolding")  # noqa: E731
         wait_for("HpckitCircuitBreakerHolding firing", lambda: "gpu.count" in {a["check"] for a in breaker().values()},
-                 6 * SCRAPE)  # fmt: skip
+                 12 * SCRAPE)  # fmt: skip
     finally:
         for node in planted:
             hlab.lx(node, "sh", "-c", "test -e /dev/nvidia2 || mknod -m 0666 /dev/nvidia2 c 1 3", check=False)
