@@ -45,7 +45,10 @@ class SlurmClient:
     # ---------------------------------------------------------------- nodes
 
     def nodes(self) -> list[NodeState]:
-        return parse_sinfo_nodes(self._stdout("sinfo", "-h", "-N", "-o", SINFO_NODES_FORMAT))
+        result = self.sinfo_nodes()
+        if not result.ok:
+            raise SlurmCommandError(result)
+        return parse_sinfo_nodes(result.stdout)
 
     def sinfo_version(self, timeout: float = 30.0) -> CommandResult:
         return self.run("sinfo", "--version", timeout=timeout)
