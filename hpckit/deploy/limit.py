@@ -27,7 +27,7 @@ def limited_hosts(inventory: dict[str, Any], pattern: str) -> set[str]:
     from ansible.parsing.dataloader import DataLoader
 
     with tempfile.TemporaryDirectory(prefix="hpckit-limit-") as folder:
-        path = Path(folder) / "inventory.yml"
+        path = Path(folder) / "hosts.yml"  # a private copy for Ansible to read
         path.write_text(yaml.safe_dump(inventory), encoding="utf-8")
         manager = InventoryManager(loader=DataLoader(), sources=[str(path)])
         manager.subset(pattern)
