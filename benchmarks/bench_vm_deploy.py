@@ -1,7 +1,7 @@
 """Deploy speed on virtual machines beside the namespace lab, one after the other in one run (needs root, the lab
 packages and the VM host packages).
 
-1. the 4-host VM cluster of blueprints/vm.yaml: cold deploy (VMs up + playbook + join), then no-op deploys;
+1. the 3-machine VM cluster of blueprints/vm.yaml: cold deploy (VMs up + playbook + join), then no-op deploys;
 2. the namespace lab of blueprints/lab.yaml (6 hosts): the same.
 The VMs emulate their CPUs (no KVM on this box), so every Ansible task costs seconds there: these numbers say
 what the VM suite costs CI, and how far the production path is from the lab's.
@@ -82,7 +82,7 @@ def report(vm: dict[str, float], lab: dict[str, float], runs: int, loads: list[s
     ]
     return (
         "## Deploy speed on VMs beside the namespace lab (`benchmarks/bench_vm_deploy.py`)\n\n"
-        "Wall time of each whole `hpckit deploy`, one cluster after the other in one run: blueprints/vm.yaml (4 VMs, "
+        "Wall time of each whole `hpckit deploy`, one cluster after the other in one run: blueprints/vm.yaml (3 VMs, "
         "Debian 13, Slurm 24.11, systemd, cgroup v2, kernel NFS; CPUs emulated by qemu TCG) and blueprints/lab.yaml "
         "(6 namespace machines). Load average (1 min) at the start, between the two and at the end: "
         f"{', '.join(loads)}; busy CPU over the whole run {busy:.0f} s.\n\n"

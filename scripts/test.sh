@@ -13,9 +13,9 @@ V=.venv/bin
 # HPCKIT_TEST_BUILD=0 skips the builds and those two tests. A run that ends first stops the builds (their own
 # process group).
 # The container tests' registry-free image (Debian minbase from this machine's archive, ~2 min, cached by suite)
-# is made first in the same background job, then the VM labs' Debian 13 image (~3.5 min cold, cached by
-# content); tests/test_containers_lab.py and tests/test_vm_deploy.py wait for them (each image cache's lock)
-# or find them made.
+# is made first in the same background job (tests/test_containers_lab.py runs early); the VM labs' Debian 13
+# image (~3.5 min cold, cached by content) comes after the Slurm builds, which the last tests wait for:
+# tests/test_vm_deploy.py, near the end, waits for it (the image cache's lock), finds it made, or makes it.
 build_pgid=""
 cache=${HPCKIT_CACHE:-/var/cache/hpckit}
 slurm_builds=0
@@ -28,10 +28,11 @@ fi
 if [[ $EUID -eq 0 ]]; then
   mkdir -p "$cache/packages"
   setsid nice -n 19 ionice -c 3 bash -c '.venv/bin/hpckit lab container-image >"$1/container-image.log" 2>&1
-    .venv/bin/hpckit lab image >"$1/vm-image.log" 2>&1
-    [[ $2 == 1 ]] || exit 0
-    scripts/build-slurm.sh >"$1/build-slurm.log" 2>&1
-    scripts/build-slurm-test-release.sh >"$1/build-slurm-test-release.log" 2>&1' _ "$cache/packages" "$slurm_builds" &
+    if [[ $2 == 1 ]]; then
+      scripts/build-slurm.sh >"$1/build-slurm.log" 2>&1
+      scripts/build-slurm-test-release.sh >"$1/build-slurm-test-release.log" 2>&1
+    fi
+    .venv/bin/hpckit lab image >"$1/vm-image.log" 2>&1' _ "$cache/packages" "$slurm_builds" &
   build_pgid=$!
   trap '[[ -z $build_pgid ]] || kill -- "-$build_pgid" 2>/dev/null || true' EXIT
 fi

@@ -329,10 +329,10 @@ def test_site_plays_come_in_the_order_the_cluster_needs() -> None:
         ["slurm_accounting"],
         ["slurm_controller"],
         ["slurm_compute"],
-        ["slurm_login", "hpckit_login"],
+        ["slurm_login"],
+        ["hpckit_login"],  # the login nodes and, where it is a wheel, the compute nodes at once, before
         ["enroot_pyxis"],  # after Slurm: pyxis is built against it
         ["Container smoke test"],
-        ["hpckit_login"],  # hpckit on the compute nodes where it is a wheel (not shared), before
         ["hpckit_health"],  # the health checks that run it
         ["monitoring"],  # last: hpckit on the login node (its Slurm exporter), the sweep's textfile dir
     ]
@@ -358,12 +358,16 @@ def test_plays_that_do_not_apply_have_no_hosts() -> None:
         "Slurm's built packages on every Slurm host": {"slurm_install": "build"},
         "Containers (enroot and pyxis)": {"enroot_pyxis_enabled": True},
         "Container smoke test": {"enroot_pyxis_enabled": True},
-        "Compute nodes' hpckit, installed from the wheel": {"hpckit_install_mode": "wheel"},
     }
     lab = {"slurm_install": "distro", "enroot_pyxis_enabled": False, "hpckit_install_mode": "shared"}
     for name, applies in optional.items():
         assert not _play_hosts(plays[name], lab), name
         assert _play_hosts(plays[name], {**lab, **applies}), name
+    # hpckit reaches the compute nodes (for the health checks) only from the wheel: a shared install is theirs
+    hpckit = plays["The hpckit CLI on the login nodes, and from the wheel on the compute nodes"]
+    assert _play_hosts(hpckit, lab) == "slurm_login"
+    assert _play_hosts(hpckit, {**lab, "hpckit_install_mode": "wheel"}) == "slurm_login:slurm_compute"
+    assert _play_hosts(hpckit, {**lab, "hpckit_install_mode": "wheel", "hpckit_health_enabled": False}) == "slurm_login"
 
 
 def test_slurm_conf_turns_on_the_tree_topology_when_the_fabric_gave_one() -> None:

@@ -51,7 +51,7 @@ def test_vm_inventory_reaches_each_machine_with_the_vm_key(bp: Blueprint) -> Non
     children = every["children"]
     assert children["slurm_controller"]["hosts"] == {"ctl": {"ansible_host": "10.78.0.10"}}
     assert children["slurm_dbd"]["hosts"] == {"ctl": {"ansible_host": "10.78.0.10"}}
-    assert children["slurm_login"]["hosts"] == {"login": {"ansible_host": "10.78.0.11"}}
+    assert children["slurm_login"]["hosts"] == {"ctl": {"ansible_host": "10.78.0.10"}}  # the controller logs in too
     nodes = children["slurm_compute"]["children"]["partition_cpu"]["hosts"]
     assert nodes == {"node1": {"ansible_host": "10.78.0.21"}, "node2": {"ansible_host": "10.78.0.22"}}
 
@@ -104,7 +104,7 @@ def test_vm_exports_let_root_write_and_clients_mount_over_nfs(bp: Blueprint) -> 
     assert exports == [
         "/srv/home "
         + " ".join(
-            f"{c}(rw,sync,no_subtree_check,no_root_squash)" for c in ("10.78.0.10/31", "10.78.0.21/32", "10.78.0.22/32")
+            f"{c}(rw,sync,no_subtree_check,no_root_squash)" for c in ("10.78.0.10/32", "10.78.0.21/32", "10.78.0.22/32")
         )
     ]
     fstab = render_value("{{ shared_fs_fstab_lines }}", context(bp, "node1", "shared_fs"))

@@ -50,9 +50,14 @@ def leftovers(cluster: str, bridge: str, state_root: Path = DEFAULT_STATE_ROOT) 
     return found
 
 
-def vm_blueprint(tmp: Path, name: str, net: str, bridge: str) -> Path:
-    """blueprints/vm.yaml under another name, subnet and host link, so tests never touch an admin's VMs."""
+def vm_blueprint(tmp: Path, name: str, net: str, bridge: str, one_node: bool = False) -> Path:
+    """blueprints/vm.yaml under another name, subnet and host link, so tests never touch an admin's VMs;
+    `one_node`: node1 alone in its partition (two machines: each one costs minutes of emulated CPU)."""
     text = (REPO / "blueprints" / "vm.yaml").read_text()
+    if one_node:
+        two = ("nodes: node[1-2]\n", "addresses: $(vars.net).[21-22]\n")
+        assert all(line in text for line in two), "blueprints/vm.yaml no longer declares node[1-2]"
+        text = text.replace(two[0], "nodes: node1\n").replace(two[1], "addresses: $(vars.net).21\n")
     text = text.replace("name: vm\n", f"name: {name}\n", 1).replace('net: "10.78.0"', f'net: "{net}"')
     path = tmp / f"{name}.yaml"
     path.write_text(text.replace("bridge: hpcv0", f"bridge: {bridge}"))
