@@ -195,6 +195,21 @@ def test_small_disk_fails_on_absolute_free_space() -> None:
     assert one(run(probe), "host.disk", "tmp").fault == "disk-full"
 
 
+@pytest.mark.parametrize(
+    ("avail_mib", "status", "fault"),
+    [(483, Status.OK, None), (300, Status.OK, None), (200, Status.FAIL, "disk-full")],
+)
+def test_a_filesystem_smaller_than_twice_the_floor_is_judged_by_half_its_size(
+    avail_mib: int, status: Status, fault: str | None
+) -> None:
+    """A VM's tmpfs /tmp of 483 MiB (half its memory) failed the 512 MiB floor while empty, and the node rebooted
+    into a drain: below twice the floor, the floor is half the filesystem."""
+    probe = healthy_node()
+    probe.disks["/tmp"] = DiskSpace("/tmp", 483 << 20, avail_mib << 20)
+    row = one(run(probe), "host.disk", "tmp")
+    assert (row.status, row.fault) == (status, fault)
+
+
 def test_disk_path_not_created_yet_uses_its_parent() -> None:
     probe = healthy_node()
     config = dataclasses.replace(LAB, disks={"enroot": "/raid/enroot/cache/group-$(id -g)"})

@@ -115,10 +115,13 @@ def disk(ctx: Context) -> Iterator[Measure]:
         except ProbeError as exc:
             yield fail(label, "disk-hung" if exc.timeout else "disk-unreadable", str(exc))
             continue
-        free_mib = space.avail_bytes / MIB
-        text = f"{where}: {free_mib:,.0f} MiB free of {space.total_bytes / MIB:,.0f} MiB ({space.avail_fraction:.1%})"
+        free_mib, total_mib = space.avail_bytes / MIB, space.total_bytes / MIB
+        text = f"{where}: {free_mib:,.0f} MiB free of {total_mib:,.0f} MiB ({space.avail_fraction:.1%})"
         fraction = round(space.avail_fraction, 4)
-        if fraction < limits.disk_fail_fraction or free_mib < limits.disk_fail_mib:
+        # The floor in MiB, or half the filesystem where it is smaller than twice that: a small tmpfs /tmp
+        # (half of a small node's memory) is never "full" while empty.
+        floor_mib = min(limits.disk_fail_mib, total_mib / 2)
+        if fraction < limits.disk_fail_fraction or free_mib < floor_mib:
             yield fail(label, "disk-full", text, fraction, "ratio")
         elif fraction < limits.disk_warn_fraction:
             yield warn(label, "disk-low", text, fraction, "ratio")
