@@ -32,7 +32,7 @@ class Thresholds:
 
     disk_warn_fraction: float = 0.10
     disk_fail_fraction: float = 0.02
-    disk_fail_mib: float = 512.0  # a small disk can be 10 % free and still too full for a job
+    disk_fail_mib: float = 512.0  # a small disk can be 10 % free and still too full for a job (half a smaller one)
     write_warn_s: float = 1.0
     fs_timeout_s: float = 10.0
     munge_timeout_s: float = 5.0
