@@ -37,7 +37,7 @@ def context(bp: Blueprint, host: str, role: str, **facts: Any) -> dict[str, Any]
     """Variables as Ansible would see them in ``role`` on ``host`` (hpckit.deploy.render, which `hpckit expand`
     uses), from what deploy and plan hand to site.yml, plus the facts the role's own tasks set."""
     inventory, extravars = build_vars(bp, SshAccess("root"))
-    return host_context(Inventory(inventory), extravars, host, role, **facts)
+    return dict(host_context(Inventory(inventory), extravars, host, role, **facts))
 
 
 def task(role: str, tasks_file: str, name: str) -> dict[str, Any]:

@@ -32,7 +32,7 @@ def context(bp: Blueprint, host: str, role: str, **facts: Any) -> dict[str, Any]
     """What ``role`` sees on ``host`` in a VM deploy: the blueprint's variables and the VM runtime's."""
     inventory, extravars = build_vars(bp, SshAccess("root", 22, "/k/id", "/k/known_hosts"))
     extravars.update(vm_extravars(WHEEL))
-    return host_context(Inventory(inventory), extravars, host, role, **facts)
+    return dict(host_context(Inventory(inventory), extravars, host, role, **facts))
 
 
 def test_vm_blueprint_runs_debian_13s_slurm(bp: Blueprint) -> None:

@@ -21,12 +21,12 @@ import yaml
 
 from hpckit.blueprint.models import Blueprint, StaticProvider
 from hpckit.clusters import INVENTORY, SshAccess
+from hpckit.deploy import yaml_text
 from hpckit.deploy.playvars import build_vars
 from hpckit.deploy.render import Rendered, render_all
 from hpckit.errors import InputError
 
 MANIFEST = "files.yml"
-_Dumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 # An earlier expand's manifest of 10,000 nodes took Python's YAML parser 2.5 s; libyaml's reads it in a tenth.
 _Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -77,7 +77,7 @@ def _entry(item: Rendered) -> dict[str, Any]:
 
 
 def _write_yaml(path: Path, data: Any) -> None:
-    path.write_text(yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120))
+    path.write_text(yaml_text.dump(data))
 
 
 def _earlier(folder: Path) -> set[str]:

@@ -13,6 +13,7 @@ from hpckit.blueprint.models import Blueprint, Hardware, LabProvider, Partition,
 from hpckit.clusters import SshAccess
 from hpckit.hardware import hardware_table
 from hpckit.lab.blueprint import spec_from_blueprint, vm_spec_from_blueprint
+from hpckit.slurm.conf import collect_names
 
 # What a real systemd cluster uses; the lab replaces these (see `lab_overrides`).
 LAB_SLURM_VARS: dict[str, Any] = {
@@ -105,7 +106,7 @@ def partition_groups(bp: Blueprint, inventory: dict[str, Any]) -> dict[str, tupl
 def _node_line(names: list[str], hw: Hardware, addresses: list[str]) -> dict[str, Any]:
     """One NodeName line: the nodes as a hostlist, their addresses in the same order (compressed too)."""
     entry: dict[str, Any] = {
-        "names": hostlist.collect_hostlist(names),
+        "names": collect_names(names),
         "cpus": hw.cpus,
         "sockets": hw.sockets,
         "cores_per_socket": hw.cores_per_socket,
@@ -199,7 +200,7 @@ def build_extravars(bp: Blueprint) -> dict[str, Any]:
         "slurm_partitions": [
             {
                 "name": p.name,
-                "nodes": hostlist.collect_hostlist(p.hostnames()),
+                "nodes": collect_names(p.hostnames()),
                 "default": p.name == default,
                 "max_time": p.max_time,
                 "settings": partition_settings(bp, p),

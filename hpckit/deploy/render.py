@@ -20,15 +20,14 @@ from dataclasses import dataclass, field
 from functools import cache, cached_property
 from typing import Any
 
-import hostlist
 import jinja2
 import jinja2.lexer
-import jinja2.meta
 import yaml
 from jinja2.nativetypes import NativeEnvironment
 
 from hpckit.hw.fabric import topology_module
 from hpckit.paths import ansible_dir
+from hpckit.slurm.conf import collect_names
 
 # What deploy puts in slurmdbd.conf from the machine that deploys: never rendered here.
 SECRET = "<secret: written by deploy, never shown>"
@@ -260,42 +259,48 @@ def _is_template(value: Any) -> bool:
     return isinstance(value, str) and ("{{" in value or "{%" in value)
 
 
-@cache
-def _names(source: str) -> frozenset[str]:
-    """The variables a template reads."""
-    return frozenset(jinja2.meta.find_undeclared_variables(_environments()[1].parse(source)))
+class _Scope(Mapping[str, Any]):
+    """A host's variables, each template among them rendered when it is first read, as Ansible does: a
+    variable that reads another gets that one's value, never its text (a `| bool` of the text is False, and
+    Ansible 2.19 warns); one that needs what only a run has (a probe's output, a lookup), or reads one that
+    does, stays a template. Reading only what is read matters: a host class renders 1-3 of a role's dozen
+    templated variables (rendering them all was half of expanding 10,000 nodes)."""
 
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self._values = dict(values)
+        self._pending = {k for k, v in self._values.items() if _is_template(v)}
+        self._unresolved: set[str] = set()
+        self._reading: list[str] = []  # the variables being rendered, innermost last
 
-def _resolve(values: Mapping[str, Any], context: Mapping[str, Any]) -> dict[str, Any]:
-    """Template the values that hold Jinja, lazily as Ansible does: one that names another is rendered after
-    that one is, so it reads the value, never the text (a `| bool` of the text is False, and Ansible 2.19 warns);
-    one that needs what only a run has (a probe's output, a lookup), or names one that does, stays a template."""
-    scope = {**context, **values}
-    pending = {k for k, v in values.items() if _is_template(v)}
-    unresolved: set[str] = set()
+    def __getitem__(self, key: str) -> Any:
+        if key in self._pending:
+            self._settle(key)
+        if key in self._unresolved and self._reading:
+            self._unresolved.add(self._reading[-1])  # what reads a template that stays one stays one too
+        return self._values[key]
 
-    def settle(key: str) -> None:
-        pending.discard(key)  # before its names: a cycle renders with the text, and fails below
-        names = _names(scope[key])
-        for name in names:
-            if name in pending:  # (an earlier name may have settled it)
-                settle(name)
-        if names & unresolved:
-            unresolved.add(key)
-            return
+    def _settle(self, key: str) -> None:
+        self._pending.discard(key)  # first: a cycle reads the text, and fails below
+        self._reading.append(key)
         try:
-            value = _fill(_native(scope[key]), scope)
+            value = _fill(_native(self._values[key]), self)
         except Exception:  # anything only a run supplies: a template that uses it fails in render()
             value = jinja2.Undefined()
+        finally:
+            self._reading.pop()
         if isinstance(value, jinja2.Undefined):  # e.g. an attribute of a probe's result: kept as a template
-            unresolved.add(key)
-        else:
-            scope[key] = value
+            self._unresolved.add(key)
+        elif key not in self._unresolved:
+            self._values[key] = value
 
-    for key in values:  # in their order, so that what a cycle renders does not depend on set order
-        if key in pending:
-            settle(key)
-    return {k: scope[k] for k in values}
+    def __contains__(self, key: object) -> bool:
+        return key in self._values
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
 
 
 class Inventory:
@@ -327,7 +332,7 @@ class Inventory:
 
 def host_context(
     inventory: Inventory, extravars: Mapping[str, Any], host: str, role: str, **facts: Any
-) -> dict[str, Any]:
+) -> Mapping[str, Any]:
     """The variables `role` sees on `host` (``inventory_hostname`` may be set in ``facts`` to name a class)."""
     ctx: dict[str, Any] = {"inventory_hostname": host, "groups": inventory.groups, "hostvars": _HostVars(inventory)}
     for name in (*_dependencies(role), role):
@@ -336,8 +341,8 @@ def host_context(
     ctx.update(_role_yaml(role, "vars"))
     ctx.update(facts)
     ctx.update(extravars)
-    # Templated last, in one scope: a role variable reads a default's value, never its text.
-    return _resolve(ctx, {})
+    # Templated when read, in one scope: a role variable reads a default's value, never its text.
+    return _Scope(ctx)
 
 
 class _HostVars(dict[str, Any]):
@@ -381,7 +386,7 @@ def host_classes(inventory: Inventory, partitions: Sequence[tuple[str, Sequence[
     controller = inventory.groups.get("slurm_controller", [])[:1]
     out = [HostClass(h, h, (h,), "controller") for h in controller]
     out += [HostClass(h, h, (h,), "login") for h in inventory.groups.get("slurm_login", []) if h not in controller]
-    out += [HostClass(hostlist.collect_hostlist(list(h)), group, tuple(h), "compute") for group, h in partitions]
+    out += [HostClass(collect_names(h), group, tuple(h), "compute") for group, h in partitions]
     return out
 
 
@@ -401,7 +406,7 @@ def render_all(
     renderer = _Renderer(inv, extravars, {"slurm_topology_plugin": plugin} if topology else {})
     if classes:
         every = _conf_hosts(inv, bool(extravars.get("slurm_configless")))
-        cluster = HostClass(hostlist.collect_hostlist(every), "all", tuple(every), "cluster")
+        cluster = HostClass(collect_names(every), "all", tuple(every), "cluster")
         out += [r for c in CONFIGS if c.scope == "cluster" for r in renderer.one(c, cluster, classes[0].hosts[0])]
     dbd = set(inv.groups.get("slurm_dbd", []))
     for klass in classes:
@@ -423,9 +428,9 @@ class _Renderer:
         self.inv = inv
         self.extravars = extravars
         self.facts = facts
-        self.contexts: dict[tuple[str, str], dict[str, Any]] = {}
+        self.contexts: dict[tuple[str, str], Mapping[str, Any]] = {}
 
-    def context(self, role: str, klass: HostClass, host: str) -> dict[str, Any]:
+    def context(self, role: str, klass: HostClass, host: str) -> Mapping[str, Any]:
         key = (role, klass.folder)
         if key not in self.contexts:
             # The class's first host gives the variables; its hostlist names it in the files' headers.
@@ -492,7 +497,7 @@ def topology_file(inv: Inventory, extravars: Mapping[str, Any], text: str) -> Re
     return Rendered(
         f"all{dest}",
         dest,
-        hostlist.collect_hostlist(_slurm_hosts(inv)),
+        collect_names(_slurm_hosts(inv)),
         "infiniband",
         "tasks/topology.yml",
         text,
