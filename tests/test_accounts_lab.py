@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hpckit.clusters import ClusterDir
 from tests.labutil import Cluster, assert_no_change, hpckit, needs_lab
 
 pytestmark = [pytest.mark.lab, needs_lab()]
@@ -114,10 +115,13 @@ def test_a_deletion_names_the_running_job_and_is_refused(accounted: tuple[Cluste
     lines = plan.stdout.splitlines()
     at = lines.index("accounting: delete account nlp  (may hold or stop jobs)")
     assert lines[at + 2] == f"accounting:     affects 1 job(s): {job} (bob, running)", lines[at:]
-    done = hpckit("deploy", str(shrunk), "--json", "-q", state=cluster.state)
-    assert done.rc == 1
-    error = done.json()["accounting"]["error"]  # type: ignore[index]
-    assert "deletions refused while jobs run or wait" in error and f"delete account nlp (jobs {job})" in error
+    records = ClusterDir.of(cluster.name, cluster.state).deployments
+    before = sorted(records.iterdir())
+    done = hpckit("deploy", str(shrunk), "-q", state=cluster.state)
+    assert done.rc == 2, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "deletions refused while jobs run or wait" in done.stderr, done.stderr
+    assert f"delete account nlp (jobs {job})" in done.stderr
+    assert sorted(records.iterdir()) == before  # refused before the playbook: no run started
     assert cluster.on("login", "sacctmgr", "--noheader", "--parsable2", "show", "account", "nlp").stdout.strip()
     cluster.on("login", "scancel", job)
 

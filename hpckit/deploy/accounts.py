@@ -321,14 +321,7 @@ def apply_accounts(
     to cancel those jobs first (sacctmgr itself refuses to delete an association with active jobs). Read back
     after: what did not take is an error."""
     planned = plan_accounts(spec, cluster, controller)
-    _refuse_unknown_users(planned.changes, controller, login)
-    doomed = {c: jobs for c, jobs in planned.jobs.items() if c.action == "delete"}
-    if doomed and not cancel_jobs:
-        hit = [f"{c.describe()} (jobs {_ids(jobs)})" for c, jobs in doomed.items()]
-        raise AccountsRefused(
-            "accounting: deletions refused while jobs run or wait: " + "; ".join(hit) + " (deploy "
-            "--cancel-affected-jobs cancels them first)"
-        )
+    doomed = refuse_harm(planned, controller, login, cancel_jobs=cancel_jobs)
     cancelled = sorted({j.job_id for jobs in doomed.values() for j in jobs})
     if cancelled:
         _cancel(cancelled, controller)
@@ -340,6 +333,22 @@ def apply_accounts(
     if again.changes:
         raise HpckitError(f"accounting: sacctmgr did not take: {'; '.join(c.describe() for c in again.changes)}")
     return Applied(planned.changes, planned.unmanaged, tuple(cancelled))
+
+
+def refuse_harm(
+    planned: Planned, controller: Transport, login: Transport, *, cancel_jobs: bool
+) -> dict[Change, tuple[QueuedJob, ...]]:
+    """AccountsRefused when ``planned`` adds a user the hosts do not know, or deletes what running or waiting
+    jobs hold (unless ``cancel_jobs``); else the deletions that reach jobs, with those jobs."""
+    _refuse_unknown_users(planned.changes, controller, login)
+    doomed = {c: jobs for c, jobs in planned.jobs.items() if c.action == "delete"}
+    if doomed and not cancel_jobs:
+        hit = [f"{c.describe()} (jobs {_ids(jobs)})" for c, jobs in doomed.items()]
+        raise AccountsRefused(
+            "accounting: deletions refused while jobs run or wait: " + "; ".join(hit) + " (deploy "
+            "--cancel-affected-jobs cancels them first)"
+        )
+    return doomed
 
 
 def _ids(jobs: Sequence[QueuedJob]) -> str:

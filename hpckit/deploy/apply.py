@@ -13,7 +13,7 @@ from typing import Any
 from hpckit import __version__
 from hpckit.blueprint.models import Blueprint, LabProvider
 from hpckit.clusters import BLUEPRINT, INVENTORY, VERSIONS, ClusterAccess, ClusterDir
-from hpckit.deploy.accounts import Applied, Planned, apply_accounts, plan_accounts
+from hpckit.deploy.accounts import Applied, Planned, apply_accounts, plan_accounts, refuse_harm
 from hpckit.deploy.build_record import install_record
 from hpckit.deploy.events import Tracker, apt_reason_lost, explain_failures
 from hpckit.deploy.inventory import host_entries
@@ -24,7 +24,7 @@ from hpckit.deploy.record import RECORDED_CONFIGS, DeploymentRecord, retired_hos
 from hpckit.deploy.runner import PlaybookRun, RunOutcome, ansible_version, run_playbook
 from hpckit.deploy.source_fetch import with_local_containers, with_local_source
 from hpckit.deploy.targets import Target, prepare_target
-from hpckit.deploy.upgrade import release_guard
+from hpckit.deploy.upgrade import release_guard, running_release
 from hpckit.errors import HpckitError, InputError
 from hpckit.proc import CommandResult, Transport
 from hpckit.slurm.client import SlurmClient
@@ -86,6 +86,7 @@ def deploy(bp: Blueprint, tracker: Tracker, sink: EventSink, opts: DeployOptions
     t0 = time.monotonic()
     target = prepare_target(bp)
     _timed(timings, "target", t0)
+    _accounts_guard(bp, target, opts.cancel_affected_jobs)
     retired = {} if target.lab else retired_hosts(bp, opts.record_root)
     inventory, extravars = playbook_vars(bp, target)
     inventory["all"]["children"]["slurm_retired"]["hosts"] = retired
@@ -111,6 +112,27 @@ def deploy(bp: Blueprint, tracker: Tracker, sink: EventSink, opts: DeployOptions
     _timed(timings, "total", t0)
     _finish_record(bp, target, result)
     return result
+
+
+def _accounts_guard(bp: Blueprint, target: Target, cancel_jobs: bool) -> None:
+    """On a cluster that runs, the accounting changes that would be refused after the playbook (a deletion
+    that reaches running or waiting jobs, a user the hosts do not know) are refused before it, exit 2: the
+    playbook would otherwise converge every host first, and the deploy fail at its end with the cluster
+    changed. Where slurmdbd cannot be read yet (accounting just turned on), the apply after the playbook judges."""
+    if bp.accounting is None or not bp.accounting.declares or running_release(bp.cluster_name) is None:
+        return
+    if bp.controller.host in target.not_started or ClusterDir.of(bp.cluster_name).destroyed() is not None:
+        return
+    controller, login = target.transport(bp.controller.host), target.transport(bp.login[0].host)
+    try:
+        try:
+            planned = plan_accounts(bp.accounting, bp.cluster_name, controller)
+        except (HpckitError, ValueError):  # not readable yet (AccountsError is a ValueError)
+            return
+        refuse_harm(planned, controller, login, cancel_jobs=cancel_jobs)
+    finally:
+        controller.close()
+        login.close()
 
 
 def _apply_accounts(bp: Blueprint, target: Target, result: DeployResult, cancel_jobs: bool) -> None:
