@@ -54,13 +54,14 @@ def test_a_source_that_does_not_compile_fails_with_the_compilers_lines(tmp_path:
     role = ansible_dir() / "roles" / "enroot_pyxis"
     playbook.write_text(
         f"- hosts: all\n  gather_facts: false\n  tasks:\n"
-        f"    - ansible.builtin.include_role: {{name: {role}, tasks_from: pyxis}}\n"
+        f"    - ansible.builtin.include_role: {{name: {role}}}\n"
     )
     inventory = {
         "all": {"hosts": {"here": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}
     }
     prefix = tmp_path / "prefix"
     extravars = {
+        "enroot_pyxis_pyxis": True,  # pyxis alone, as on a login node
         "enroot_pyxis_pyxis_version": "9.9.9",
         "enroot_pyxis_pyxis_source": str(_tarball(tmp_path / "pyxis-9.9.9.tar.gz")),
         "enroot_pyxis_pyxis_prefix": str(prefix),
