@@ -53,8 +53,7 @@ def test_a_source_that_does_not_compile_fails_with_the_compilers_lines(tmp_path:
     playbook = tmp_path / "pyxis.yml"
     role = ansible_dir() / "roles" / "enroot_pyxis"
     playbook.write_text(
-        f"- hosts: all\n  gather_facts: false\n  tasks:\n"
-        f"    - ansible.builtin.include_role: {{name: {role}}}\n"
+        f"- hosts: all\n  gather_facts: false\n  tasks:\n    - ansible.builtin.include_role: {{name: {role}}}\n"
     )
     inventory = {
         "all": {"hosts": {"here": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}
