@@ -70,3 +70,12 @@ def test_a_missing_user_is_made_and_an_existing_one_left(tmp_path: Path) -> None
     recap = done.stdout[done.stdout.index("PLAY RECAP") :]
     assert "changed=2" in recap, done.stdout[-3000:]  # its group and itself, root untouched
     assert "hpckit-nobody" in done.stdout and "item=root" not in done.stdout
+
+
+def test_a_host_that_has_every_user_ends_the_role_after_one_lookup(tmp_path: Path) -> None:
+    """A no-op deploy: one round trip, then `end_role` (the group and user tasks were queued on every host)."""
+    done = _check(tmp_path, [_user("root", 0)])
+    assert done.returncode == 0, done.stdout[-3000:]
+    recap = done.stdout[done.stdout.index("PLAY RECAP") :]
+    assert "ok=1 " in recap and "skipped=0" in recap, done.stdout  # the lookup alone (end_role prints nothing)
+    assert "Create the users" not in done.stdout, done.stdout
