@@ -155,6 +155,23 @@ def against_rows(ref: str, before: Results, after: Results) -> str:
     return head + "\n".join(rows) + "\n\n"
 
 
+NOTES = (
+    "- what the command spends at 10,000 nodes besides `everything` (profiled): ~1 s starting Python and "
+    "importing (the blueprint's pydantic models are built at import), ~0.8 s parsing the blueprint (its "
+    "YAML read with positions for the error messages), ~0.6 s importing Ansible's filters and compiling the "
+    "templates; within `everything`: rendering ~8 templates and their conditions per partition, slurm.conf's "
+    "10,000 node lines, and a 5,006-file tree\n"
+    "- what this change cut: role variables are templated when first read (a host class reads 1-3 of a "
+    "role's dozen templates; all were rendered before), the YAML of inventory, variables and manifest is "
+    "written directly (yaml.dump's Python representer took 1.9 s of 10,000 nodes; hpckit/deploy/yaml_text.py "
+    "takes a tenth), and each partition's hostlist is collected once instead of three times\n"
+    "- earlier: 70 % of `everything` was Ansible's deprecation machinery (the `bool` filter given a role "
+    "default's untemplated text, with a DEPRECATION WARNING and a stack walk per partition) until the offline "
+    "renderer templated role variables in dependency order; before that, inventory.py/gpu_vars.py "
+    "re-expanded every partition for every host (10,000 nodes: 329 s)\n"
+)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=3)
@@ -199,20 +216,7 @@ def main() -> None:
         f"of it the kernel's); the command: {command_wall:.2f} s wall (target <= 2 s): "
         f"{'ok' if command_wall <= 2.0 else 'MISSED'}\n"
         f"- linear in hosts: inventory + vars makes {work:.1f}x the Python function calls for 9.9x the hosts "
-        "(a count the machine's load does not move; the CPU ratios above swing with it)\n"
-        "- what the command spends at 10,000 nodes besides `everything` (profiled): ~1 s starting Python and "
-        "importing (the blueprint's pydantic models are built at import), ~0.8 s parsing the blueprint (its "
-        "YAML read with positions for the error messages), ~0.6 s importing Ansible's filters and compiling the "
-        "templates; within `everything`: rendering ~8 templates and their conditions per partition, slurm.conf's "
-        "10,000 node lines, and a 5,006-file tree\n"
-        "- what this change cut: role variables are templated when first read (a host class reads 1-3 of a "
-        "role's dozen templates; all were rendered before), the YAML of inventory, variables and manifest is "
-        "written directly (yaml.dump's Python representer took 1.9 s of 10,000 nodes; hpckit/deploy/yaml_text.py "
-        "takes a tenth), and each partition's hostlist is collected once instead of three times\n"
-        "- earlier: 70 % of `everything` was Ansible's deprecation machinery (the `bool` filter given a role "
-        "default's untemplated text, with a DEPRECATION WARNING and a stack walk per partition) until the offline "
-        "renderer templated role variables in dependency order; before that, inventory.py/gpu_vars.py "
-        "re-expanded every partition for every host (10,000 nodes: 329 s)\n"
+        "(a count the machine's load does not move; the CPU ratios above swing with it)\n" + NOTES
     )
     if not args.no_record:
         record("expand", body)
