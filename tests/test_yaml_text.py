@@ -17,7 +17,9 @@ _SCALARS = (
     | st.floats(allow_nan=False)
     | st.text()
     | st.sampled_from(["yes", "No", "ON", "null", "~", "", "=", "<<", "1e3", ".inf", "0x1f", "2026-11-29", "a: b"])
-    | st.sampled_from(["10.0.0.1", "1_000", "0o17", "0b11", "1:20", "+1", ".5", "1.", "gpu[001-016]", "a [b]"])
+    | st.sampled_from(
+        ["...", "---", ".x", "10.0.0.1", "1_000", "0o17", "0b11", "1:20", "+1", ".5", "1.", "gpu[001-016]", "a [b]"]
+    )
     | st.sampled_from(["a #b", "-x", "? q", "x ", " x", "@a", "*a", "&a", "!a", "|", ">", "%x", "`x", "'x", '"x'])
     | st.from_regex(r"[A-Za-z_/][A-Za-z0-9_./@+=,: ()#-]{0,12}", fullmatch=True)
 )
@@ -33,6 +35,10 @@ _DATA = st.recursive(
 @given(_DATA)
 def test_what_it_writes_reads_back_as_the_data(data: Any) -> None:
     assert yaml.safe_load(dump(data)) == data
+
+
+def test_a_document_of_one_string_that_ends_documents() -> None:
+    assert yaml.safe_load(dump("...")) == "..." and yaml.safe_load(dump("---")) == "---"
 
 
 def test_the_layout_is_yaml_dumps() -> None:
