@@ -20,8 +20,8 @@ import yaml
 __all__ = ["dump"]
 
 # Plain scalars that YAML 1.1 reads back as the same string: a conservative alphabet (brackets only inside, as
-# block context allows), no leading indicator or dot ("..." alone ends a document), single spaces; and not one of the words or numbers the resolver
-# turns into something else (checked below).
+# block context allows), no leading indicator or dot ("..." alone ends a document), single spaces; and not one
+# of the words or numbers the resolver turns into something else (checked below).
 _PLAIN = re.compile(r"[A-Za-z0-9_/][A-Za-z0-9_./@+=,\[\]-]*(?: [A-Za-z0-9_./@+=,()\[\]-]+)*")
 _RESOLVER = yaml.resolver.Resolver()
 _WORDS = frozenset(
