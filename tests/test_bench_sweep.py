@@ -165,3 +165,20 @@ def test_sizes_match_nccl_tests() -> None:
     assert counts("all_gather", 1 << 20, 4, 8) == (32768, 1 << 20)
     assert counts("all_reduce", 1 << 20, 4, 8) == (262144, 1 << 20)
     assert counts("alltoall", 100, 4, 3) == (8, 96)
+
+
+def _has_torch(python: str) -> bool:
+    return subprocess.run([python, "-c", "import torch"], capture_output=True, check=False).returncode == 0
+
+
+@pytest.mark.skipif(
+    not Path("/usr/bin/python3").exists() or _has_torch("/usr/bin/python3"), reason="needs a python without torch"
+)
+def test_without_torch_each_rank_states_the_cause_on_one_line() -> None:
+    """srun --kill-on-bad-exit can cut a rank's traceback off (the lab lost the last one whole): each rank says
+    why on one flushed line, which hpckit reads as the program's own error."""
+    from hpckit.bench.follow import program_errors
+
+    done = subprocess.run(["/usr/bin/python3", str(PROGRAM)], capture_output=True, text=True, check=False, timeout=60)
+    assert done.returncode == 1 and done.stderr == "ModuleNotFoundError: No module named 'torch'\n", done.stderr
+    assert program_errors("0: " + done.stderr) == ["0: ModuleNotFoundError: No module named 'torch'"]

@@ -30,8 +30,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import torch
-import torch.distributed as dist
+try:
+    import torch
+    import torch.distributed as dist
+except ImportError as missing:  # an interpreter without torch: every rank fails here at once
+    # srun --kill-on-bad-exit stops the step as soon as one rank exits, and a rank's last lines can be lost
+    # with it (seen on the lab: the output ended inside a traceback). Each rank states the cause on one line,
+    # flushed, and stays a moment, so that every rank's reason reaches the job's output before any exits.
+    print(f"{type(missing).__name__}: {missing}", file=sys.stderr, flush=True)
+    time.sleep(2)
+    raise SystemExit(1) from None
 
 # op -> (bus bandwidth factor of n ranks, redop column, whether it has a root)
 BUSBW_FACTORS: dict[str, Callable[[int], float]] = {
