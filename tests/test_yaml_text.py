@@ -31,7 +31,7 @@ _DATA = st.recursive(
 )
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(_DATA)
 def test_what_it_writes_reads_back_as_the_data(data: Any) -> None:
     assert yaml.safe_load(dump(data)) == data
