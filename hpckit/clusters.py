@@ -32,6 +32,7 @@ BLUEPRINT = "blueprint.json"
 INVENTORY = "inventory.yml"
 VERSIONS = "versions.json"
 CONFIGS = "configs"
+TOOLCHAIN = "toolchain.json"
 
 
 def state_root() -> Path:
@@ -151,6 +152,15 @@ class ClusterDir:
         except (OSError, ValueError, AttributeError):
             return None
         return found if isinstance(found, str) else None
+
+    def toolchain(self, partition: str) -> dict[str, Any] | None:
+        """What the last good deploy installed for a partition's benchmarks (toolchain.json: backend, python,
+        nccl_tests_dir, container); None when the record does not say (no record, or one from before it)."""
+        try:
+            found = json.loads((self.current / TOOLCHAIN).read_text())["partitions"][partition]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return found if isinstance(found, dict) else None
 
     def config(self, host: str, remote_path: str) -> str | None:
         """A config file as the last good deploy fetched it from ``host`` (e.g. /etc/slurm/slurm.conf); None

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.labutil import Cluster, lab_blueprint, lab_containers, lab_skip_reason
+from tests.labutil import Cluster, lab_bench_toolchain, lab_blueprint, lab_containers, lab_skip_reason
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
@@ -61,7 +61,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     name, net, bridge = os.environ.get("HPCKIT_TEST_LAB", "labci,10.77.8,hpckt8").split(",")
     # With enroot and pyxis from the shared files where they are there (tests/test_containers_lab.py), and two
     # ordinary users on every host (the accounts' and containers' tests run jobs as them).
-    blueprint = lab_blueprint(tmp, name, net, bridge, extra=LAB_USERS, containers=lab_containers())
+    # The benchmarks' torch in a virtualenv on the shared filesystem, as a real cluster gets it (bench.torch).
+    extra = LAB_USERS + lab_bench_toolchain()
+    blueprint = lab_blueprint(tmp, name, net, bridge, extra=extra, containers=lab_containers())
     c = Cluster(name, blueprint, tmp / "state")
     try:
         done = c.deploy()

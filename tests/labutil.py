@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import signal
@@ -77,6 +78,29 @@ def lab_containers() -> str | None:
         "    cache_path: /var/tmp/enroot/cache/group-$(id -g)\n    data_path: /var/tmp/enroot/data/user-$(id -u)\n"
         f"  pyxis:\n    version: 0.24.0\n    source: {pyxis[0]}\n    sha256: {pyxis[1]}"
     )
+
+
+# What the shared lab cluster's benchmarks run (`bench.torch`): torch, and numpy, which torch warns without.
+TORCH_REQUIREMENTS = ("torch==2.13.0", "numpy")
+
+
+def lab_bench_toolchain() -> str:
+    """The `bench:` section of the shared lab cluster: a torch virtualenv on its shared filesystem, installed from a
+    wheel folder filled here once (`pip download`, cached by the requirements under hpckit's cache); "" when no
+    package index answers, and the bench then runs the deploying machine's own interpreter, as the lab does."""
+    from hpckit.paths import cache_dir
+
+    key = hashlib.sha256("\n".join(TORCH_REQUIREMENTS).encode()).hexdigest()[:12]
+    folder = cache_dir() / "bench-wheels" / f"torch-{key}"
+    if not (folder / ".complete").is_file():
+        part = folder.with_name(f".{folder.name}.{os.getpid()}")
+        argv = [sys.executable, "-m", "pip", "download", "-q", "--dest", str(part), *TORCH_REQUIREMENTS]
+        if subprocess.run(argv, capture_output=True, timeout=900, check=False).returncode != 0:
+            return ""
+        (part / ".complete").write_text("")
+        part.rename(folder)
+    wanted = ", ".join(TORCH_REQUIREMENTS)
+    return f"bench:\n  torch:\n    requirements: [{wanted}]\n    wheels: {folder}\n"
 
 
 def lab_blueprint(tmp: Path, name: str, net: str, bridge: str, extra: str = "", containers: str | None = None) -> Path:

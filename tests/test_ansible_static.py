@@ -333,6 +333,7 @@ def test_site_plays_come_in_the_order_the_cluster_needs() -> None:
         ["hpckit_login"],  # the login nodes and, where it is a wheel, the compute nodes at once, before
         ["enroot_pyxis"],  # after Slurm: pyxis is built against it
         ["Container smoke test"],
+        ["bench_toolchain"],  # after the shared filesystems and the GPU stack it is built against
         ["hpckit_health"],  # the health checks that run it
         ["monitoring"],  # last: hpckit on the login node (its Slurm exporter), the sweep's textfile dir
     ]
@@ -358,6 +359,7 @@ def test_plays_that_do_not_apply_have_no_hosts() -> None:
         "Slurm's built packages on every Slurm host": {"slurm_install": "build"},
         "Containers (enroot and pyxis)": {"enroot_pyxis_enabled": True},
         "Container smoke test": {"enroot_pyxis_enabled": True},
+        "Benchmark toolchain": {"bench_toolchain_enabled": True},
     }
     lab = {"slurm_install": "distro", "enroot_pyxis_enabled": False, "hpckit_install_mode": "shared"}
     for name, applies in optional.items():

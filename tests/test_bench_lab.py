@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from hpckit.clusters import ClusterDir
 from tests.labutil import REPO, CliRun, Cluster, needs_lab
 
 pytestmark = [pytest.mark.lab, needs_lab()]
@@ -72,6 +73,12 @@ def test_allreduce_on_four_nodes_then_against_its_history(cluster: Cluster, benc
     assert "RUNNING on node1,node2,node3,node4" in first.stderr  # progress while waiting
     for suffix in ("csv", "parquet", "png", "json", "out"):
         assert len(list(tmp_path.glob(f"allreduce-*.{suffix}"))) == 1, suffix
+    # The interpreter the deploy installed (bench.torch, the record's toolchain.json), not the deploying machine's.
+    recorded = ClusterDir.of(cluster.name, cluster.state).toolchain("gpu")
+    if recorded is not None and recorded["python"]:
+        assert recorded["python"].startswith("/shared/hpckit/toolchain/torch-") and recorded["backend"] == "torch"
+        output = next(tmp_path.glob("allreduce-*.out")).read_text()
+        assert f"# hpckit: python {recorded['python']}\n" in output
     history = cluster.on("login", "ls", f"{bench_dir}/history", f"{bench_dir}/history/sweeps").stdout
     assert "runs.parquet" in history
 

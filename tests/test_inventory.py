@@ -198,6 +198,7 @@ def test_build_vars_wires_gpu_roles_and_health_into_the_lab(repo: Path) -> None:
         "HealthCheckNodeState": "ANY",
         "ScronParameters": "enable",
         "SchedulerParameters": "batch_sched_delay=0,sched_min_interval=100000",
+        "AuthInfo": "cred_expire=40",
     }
     node = Inventory(inv).variables("node1")
     assert node["hpckit_gpu_count"] == 4 and node["nvidia_gres_devices"] == [{"first": 0, "last": 3, "cores": ""}]
@@ -237,5 +238,8 @@ def test_health_off_adds_no_slurm_conf_lines(repo: Path) -> None:
     text = (repo / "blueprints" / "lab.yaml").read_text().replace("  drain: true\n", "  enabled: false\n")
     bp = parse_blueprint(text.replace("$(vars.net)", "10.77.0").replace("$(vars.gpus_per_node)", "4"))
     _, ev = build_vars(bp, SshAccess("root"))
-    assert ev["slurm_conf_overrides"] == {"SchedulerParameters": "batch_sched_delay=0,sched_min_interval=100000"}
+    assert ev["slurm_conf_overrides"] == {
+        "SchedulerParameters": "batch_sched_delay=0,sched_min_interval=100000",
+        "AuthInfo": "cred_expire=40",
+    }
     assert ev["hpckit_health_enabled"] is False

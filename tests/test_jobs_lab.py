@@ -405,7 +405,7 @@ def test_torchrun_checkpoints_on_the_warning_signal_and_resumes_after_requeue(cl
 
     Slurm holds a requeued batch job back for its credential's lifetime plus a second (121 s by
     default; batch_requeue_fini in slurmctld/job_mgr.c: slurmd refuses a launch credential older than
-    the job's revocation), so this test takes a little over two minutes."""
+    the job's revocation); blueprints/lab.yaml sets AuthInfo=cred_expire=40, so this test takes about a minute."""
     script = _shared_script(cluster, "checkpointing", CHECKPOINTING)
     checkpoint = f"{script}.ckpt"
     values = {

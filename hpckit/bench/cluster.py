@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
 from hpckit.blueprint.models import Blueprint, Partition
+from hpckit.blueprint.toolchain import partition_toolchain
 from hpckit.clusters import ClusterDir, RecordError, recorded_clusters
 from hpckit.errors import InputError
 from hpckit.hardware import hardware_table
@@ -33,14 +36,24 @@ class ClusterFacts:
     lab: bool = False  # the lab's GPUs are character devices: torch cannot use them
     hca_names: tuple[str, ...] = ()  # the declared HCAs (mlx5_0 ...): the rails the bisect tests one by one
     nodes: tuple[str, ...] = ()  # the partition's nodes, as declared
+    # What the deploy installed for the benchmarks (hpckit.blueprint.toolchain, the record's toolchain.json)
+    toolchain: str | None = None  # "nccl-tests" or "torch"; None: nothing, the bench's own defaults
+    python: str | None = None  # the torch virtualenv's interpreter
+    nccl_tests_dir: str | None = None
+    container: str | None = None  # the image nccl-tests runs in
 
     @property
     def usable_gpus_per_node(self) -> int:
         return 0 if self.lab else self.gpus_per_node
 
 
-def facts_from_blueprint(bp: Blueprint, partition: str | None = None) -> ClusterFacts:
+def facts_from_blueprint(
+    bp: Blueprint, partition: str | None = None, recorded: Mapping[str, Any] | None = None
+) -> ClusterFacts:
+    """The partition's facts; its toolchain as ``recorded`` (the record's toolchain.json entry) where given, else
+    as this hpckit derives it from the blueprint."""
     part = _partition(bp, partition)
+    chain = dict(recorded) if recorded is not None else partition_toolchain(bp, part).as_dict()
     hw = bp.hardware_in(part)
     gpu = hardware_table().gpu(hw.gpus.type) if hw.gpus else None
     ib = hw.infiniband
@@ -57,7 +70,15 @@ def facts_from_blueprint(bp: Blueprint, partition: str | None = None) -> Cluster
         nodes=tuple(part.hostnames()),
         shared_mount=bp.filesystems[0].mount if bp.filesystems else None,
         lab=bp.provider.type == "lab",
+        toolchain=_text(chain.get("backend")),
+        python=_text(chain.get("python")),
+        nccl_tests_dir=_text(chain.get("nccl_tests_dir")),
+        container=_text(chain.get("container")),
     )
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def _partition(bp: Blueprint, name: str | None) -> Partition:
@@ -83,7 +104,13 @@ def load_facts(cluster: str | None, partition: str | None, state: Path | None = 
     """The record's facts for a named cluster; for this machine's own Slurm, only the partition asked for."""
     if cluster is None:
         return ClusterFacts(partition=partition)
-    return facts_from_blueprint(load_blueprint(cluster, state), partition)
+    bp = load_blueprint(cluster, state)
+    return facts_from_blueprint(bp, partition, recorded_toolchain(cluster, _partition(bp, partition).name, state))
+
+
+def recorded_toolchain(cluster: str, partition: str, state: Path | None = None) -> dict[str, Any] | None:
+    """What the cluster's last good deploy recorded for the partition's benchmarks; None without a record of it."""
+    return ClusterDir.of(cluster, state).toolchain(partition)
 
 
 def default_cluster(state: Path | None = None) -> str | None:

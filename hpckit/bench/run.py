@@ -171,8 +171,9 @@ def plan(req: BenchRequest, ctx: Context) -> Plan:
         raise InputError(f"partition {facts.partition} has {facts.partition_nodes} nodes; --nodes {req.nodes} asked")
     gpus = facts.usable_gpus_per_node if req.gpus_per_node is None else req.gpus_per_node
     bench_dir = req.bench_dir or f"{facts.shared_mount or DEFAULT_SHARED}/hpckit/bench"
-    configured = bool(req.container or req.nccl_tests_dir)
-    bin_dir = req.nccl_tests_dir or NCCL_TESTS_DIR
+    # What the deploy installed (the record's toolchain) counts as configured: `auto` runs it.
+    configured = bool(req.container or req.nccl_tests_dir or facts.toolchain == "nccl-tests")
+    bin_dir = req.nccl_tests_dir or facts.nccl_tests_dir or NCCL_TESTS_DIR
     found = req.backend == "auto" and gpus >= 1 and ctx.files.exists(f"{bin_dir}/{req.bench.op}_perf")
     backend = choose_backend(req.backend, gpus, configured, found)
     low, high = GPU_SIZES if gpus >= 1 else CPU_SIZES
@@ -197,9 +198,10 @@ def plan(req: BenchRequest, ctx: Context) -> Plan:
         # a CPU node's single-node test needs two ranks, which a 1-CPU node (a small VM) can only overcommit
         overcommit=bool(facts.cpus_per_node and ranks > facts.cpus_per_node),
         time=req.time_limit,
-        python=req.python or (sys.executable if facts.lab else "python3"),
+        python=req.python or facts.python or (sys.executable if facts.lab else "python3"),
         nccl_tests_dir=bin_dir,
-        container=req.container,
+        # the recorded image holds nccl-tests, not torch: only an nccl-tests job runs in it
+        container=req.container or (facts.container or "" if backend == "nccl-tests" else ""),
         nodelist=req.nodelist,
     )
     return Plan(backend, sweep, place, bench_dir)

@@ -385,6 +385,7 @@ def preamble(op: str, args: argparse.Namespace, world: World) -> list[str]:
     lines = [
         f"# hpckit: torch_sweep {op} (as nccl-tests {op}_perf) over torch.distributed {world.backend}",
         f"# hpckit: torch {torch.__version__}, {world.size} ranks",
+        f"# hpckit: python {sys.executable}",  # which toolchain ran: the deployed virtualenv, or another
     ]
     if world.backend == "nccl":
         version = torch.cuda.nccl.version()  # type: ignore[no-untyped-call]

@@ -10,9 +10,9 @@ halving search names the nodes. The whole proof runs in a time box; what it foun
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from hpckit.bench.bisect import DEFAULT_RATIO, Judged, Measurement, OutOfTime, Report, Search, cause
 from hpckit.bench.cluster import ClusterFacts, facts_from_blueprint
@@ -41,6 +41,8 @@ class VerifyOptions:
     time_limit: str = "00:10:00"
     iters: int = 10
     warmup: int = 2
+    # partition -> what the cluster's record says its benchmarks run (toolchain.json); absent: from the blueprint
+    toolchains: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -87,7 +89,9 @@ def verify_cluster(
     if not parts:
         raise InputError(f"{bp.name} has no partition {', '.join(options.partitions)} to verify")
     make = make_context or (lambda facts: Context(transport, facts, report, warn))
-    contexts: dict[str | None, Context] = {p.name: make(facts_from_blueprint(bp, p.name)) for p in parts}
+    contexts: dict[str | None, Context] = {
+        p.name: make(facts_from_blueprint(bp, p.name, options.toolchains.get(p.name))) for p in parts
+    }
     contexts[None] = contexts[parts[0].name]
     base = BenchRequest(
         get("allreduce"),

@@ -62,6 +62,7 @@ class _Checker:
         self._configless()
         self._auth()
         self._monitoring(compute)
+        self._bench_toolchain()
         for path, message in install_problems(self.data, self.declared_hosts(compute)):
             self.add(path, message)
         for path, message in accounts_problems(self.data, self._gres()):
@@ -137,6 +138,12 @@ class _Checker:
         host = mon.get("host")
         if isinstance(host, str) and host not in self.declared_hosts(compute):
             self.add(("monitoring", "host"), f"{host!r} is not a declared host (controller, login or node)")
+
+    def _bench_toolchain(self) -> None:
+        """A shared virtualenv needs a shared filesystem to live on."""
+        torch = (self.data.get("bench") or {}).get("torch") if isinstance(self.data.get("bench"), dict) else None
+        if isinstance(torch, dict) and torch.get("location") == "shared" and not self.data.get("filesystems"):
+            self.add(("bench", "torch", "location"), "shared needs a filesystem in `filesystems:`; use node")
 
     def _filesystems(self, compute: dict[str, Path_]) -> None:
         declared = self.declared_hosts(compute)

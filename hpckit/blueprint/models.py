@@ -560,6 +560,83 @@ class Containers(Strict):
     )
 
 
+# nccl-tests' own release; an air-gapped site names its copy (a URL it serves, or a path on the deploying machine).
+NCCL_TESTS_RELEASE_URL = "https://github.com/NVIDIA/nccl-tests/archive/refs/tags/v{version}.tar.gz"
+REQUIREMENT_RE = (
+    r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9_,.-]+\])?([<>=!~]=?[A-Za-z0-9.*+!_-]+(,[<>=!~]=?[A-Za-z0-9.*+!_-]+)*)?$"
+)
+
+
+class TorchToolchain(Strict):
+    """A virtualenv with torch that every node of the cluster runs hpckit's torch_sweep with."""
+
+    requirements: list[Annotated[str, Field(pattern=REQUIREMENT_RE)]] = Field(
+        default_factory=lambda: ["torch"],
+        min_length=1,
+        description="pip requirements (name and version, e.g. torch==2.13.0): pin them, the virtualenv is "
+        "rebuilt only when they (or the source) change",
+    )
+    wheels: AbsPath | None = Field(
+        None,
+        description="folder on the deploying machine holding every wheel needed (`pip download`): copied to the "
+        "hosts and installed from with no index (an offline site)",
+    )
+    index_url: str | None = Field(
+        None,
+        pattern=r"^(https?|file)://[^\s]+$",
+        description="package index the hosts install from (pip --index-url); default: the hosts' pip settings",
+    )
+    location: Literal["shared", "node"] | None = Field(
+        None,
+        description="shared: one virtualenv on the first shared filesystem, made once; node: one per node "
+        "under /opt (default: shared where the blueprint has a filesystem)",
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> TorchToolchain:
+        if self.wheels and self.index_url:
+            raise ValueError("give wheels (a folder, offline) or index_url, not both")
+        return self
+
+
+class NcclTests(Strict):
+    """NVIDIA's nccl-tests on the GPU partitions: built on each GPU node against its CUDA, NCCL and MPI, or
+    taken from a container image the jobs run through pyxis."""
+
+    version: str = Field("2.13.12", pattern=RELEASE_RE, description="nccl-tests release, e.g. 2.13.12")
+    source: str | None = Field(
+        None,
+        description="URL or path (on the deploying machine) of the nccl-tests source tarball (default: NVIDIA's "
+        "release of `version`)",
+    )
+    sha256: SHA256 | None = None
+    image: str | None = Field(
+        None,
+        description="instead of a build: a container image with nccl-tests' binaries in `image_bin_dir` "
+        "(registry reference with # or a .sqsh path), run through pyxis",
+    )
+    image_bin_dir: AbsPath = Field("/usr/local/bin", description="where the image keeps the *_perf binaries")
+    cuda_home: AbsPath = "/usr/local/cuda"
+    nccl_home: AbsPath = Field("/usr", description="where include/nccl.h and lib*/libnccl.so are")
+    mpi_home: AbsPath = Field("/usr/lib/x86_64-linux-gnu/openmpi", description="where include/mpi.h is")
+    gencode: str | None = Field(
+        None,
+        pattern=r"^(-gencode=arch=compute_[0-9a-z]+,code=(sm|compute)_[0-9a-z]+ ?)+$",
+        description="NVCC_GENCODE for the build (default: nccl-tests' own list for the CUDA found)",
+    )
+
+    @property
+    def tarball(self) -> str:
+        return self.source or NCCL_TESTS_RELEASE_URL.format(version=self.version)
+
+
+class BenchToolchain(Strict):
+    """What `hpckit bench` and `verify` run on the nodes, installed by the deploy and named in its record."""
+
+    torch: TorchToolchain | None = Field(None, description="hpckit's torch_sweep: a virtualenv with torch")
+    nccl_tests: NcclTests | None = Field(None, description="nccl-tests on the partitions with GPUs")
+
+
 class SshProbeSettings(Strict):
     """Out-of-band checks: the sweep host runs a node's quick tier over SSH when no sweep job can run on it
     (munge or slurmd down, the node not answering), to say why and to re-check nodes hpckit took out."""
@@ -814,6 +891,7 @@ class Blueprint(Strict):
     containers: Containers = Containers()
     health: HealthSettings = HealthSettings()
     monitoring: MonitoringSettings = MonitoringSettings()
+    bench: BenchToolchain = BenchToolchain()
     accounting: AccountingSpec | None = Field(None, description="accounts, users and QOS (needs slurm.accounting)")
     users: dict[UserName, UnixUser] = Field(
         default_factory=dict, description="local Unix users made alike on every Slurm host: name -> uid, gid ..."

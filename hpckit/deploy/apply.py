@@ -12,7 +12,8 @@ from typing import Any
 
 from hpckit import __version__
 from hpckit.blueprint.models import Blueprint, LabProvider
-from hpckit.clusters import BLUEPRINT, INVENTORY, VERSIONS, ClusterAccess, ClusterDir
+from hpckit.blueprint.toolchain import toolchain_record
+from hpckit.clusters import BLUEPRINT, INVENTORY, TOOLCHAIN, VERSIONS, ClusterAccess, ClusterDir
 from hpckit.deploy.accounts import Applied, Planned, apply_accounts, plan_accounts, refuse_harm
 from hpckit.deploy.build_record import install_record
 from hpckit.deploy.events import Tracker, apt_reason_lost, explain_failures
@@ -22,7 +23,7 @@ from hpckit.deploy.limit import limit_guard
 from hpckit.deploy.playvars import build_vars
 from hpckit.deploy.record import RECORDED_CONFIGS, DeploymentRecord, retired_hosts, run_info
 from hpckit.deploy.runner import PlaybookRun, RunOutcome, ansible_version, run_playbook
-from hpckit.deploy.source_fetch import with_local_containers, with_local_source
+from hpckit.deploy.source_fetch import with_local_containers, with_local_source, with_local_toolchain
 from hpckit.deploy.targets import Target, prepare_target
 from hpckit.deploy.upgrade import release_guard, running_release
 from hpckit.errors import HpckitError, InputError
@@ -81,7 +82,7 @@ def deploy(bp: Blueprint, tracker: Tracker, sink: EventSink, opts: DeployOptions
     release_guard(bp)
     opts = opts or DeployOptions()
     limit_guard(bp, opts.limit)
-    bp = with_local_containers(with_local_source(bp))
+    bp = with_local_toolchain(with_local_containers(with_local_source(bp)))
     timings: dict[str, float] = {}
     t0 = time.monotonic()
     target = prepare_target(bp)
@@ -333,6 +334,8 @@ def _accounts_json(result: DeployResult) -> dict[str, Any]:
 
 def _finish_record(bp: Blueprint, target: Target, result: DeployResult) -> None:
     rec, tracker = result.record, result.tracker
+    # What `hpckit bench` and `verify` run on each partition, and where the deploy put it.
+    rec.write_json(TOOLCHAIN, toolchain_record(bp))
     rec.write_json(
         VERSIONS,
         {

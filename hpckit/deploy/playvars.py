@@ -18,6 +18,7 @@ from hpckit.deploy.install_vars import install_extravars
 from hpckit.deploy.inventory import build_extravars, build_inventory, partition_groups
 from hpckit.deploy.monitoring import monitoring_extravars
 from hpckit.deploy.release_vars import release_extravars
+from hpckit.deploy.toolchain_vars import toolchain_extravars
 from hpckit.health.deployvars import health_extravars, health_host_vars, slurm_conf_lines
 
 __all__ = ["build_vars", "with_health_conf"]
@@ -30,6 +31,7 @@ def build_vars(bp: Blueprint, access: SshAccess) -> tuple[dict[str, Any], dict[s
     extravars.update(health_extravars(bp))
     extravars.update(install_extravars(bp))
     extravars.update(monitoring_extravars(bp))
+    extravars.update(toolchain_extravars(bp))
     extravars["slurm_conf_overrides"] = with_health_conf(bp, extravars.get("slurm_conf_overrides", {}))
     # Last: the cluster's Slurm release decides which keys are written and which changes restart.
     extravars.update(release_extravars(bp, extravars["slurm_conf_overrides"]))

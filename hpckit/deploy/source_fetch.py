@@ -20,11 +20,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hpckit.blueprint.models import Blueprint, Enroot
+from hpckit.blueprint.toolchain import has_gpus
 from hpckit.deploy.gpu_vars import caps_twin
 from hpckit.errors import InputError
 from hpckit.paths import source_cache
 
-__all__ = ["FETCH_TIMEOUT_S", "fetch_source", "with_local_containers", "with_local_source"]
+__all__ = ["FETCH_TIMEOUT_S", "fetch_source", "with_local_containers", "with_local_source", "with_local_toolchain"]
 
 FETCH_TIMEOUT_S = 60.0
 _CHUNK = 1 << 20
@@ -55,6 +56,24 @@ def with_local_containers(
     if enroot:
         update["enroot"] = _local_enroot(bp.containers.enroot, say)
     return bp.model_copy(update={"containers": bp.containers.model_copy(update=update)})
+
+
+def with_local_toolchain(bp: Blueprint, say: Callable[[str], None] = lambda _: None) -> Blueprint:
+    """``bp`` with the nccl-tests source as a checked file on this machine (a URL fetched into the cache first),
+    where some node builds it; the torch wheel folder checked to be there and hold wheels. ``bp`` otherwise."""
+    torch, tests = bp.bench.torch, bp.bench.nccl_tests
+    if torch is not None and torch.wheels:
+        folder = Path(torch.wheels)
+        if not folder.is_dir():
+            raise InputError(f"bench.torch.wheels: {torch.wheels}: no such folder on this machine")
+        if not any(folder.glob("*.whl")):
+            raise InputError(f"bench.torch.wheels: {torch.wheels} holds no wheel (*.whl); fill it with pip download")
+    if tests is None or tests.image or not any(has_gpus(bp, p) for p in bp.partitions):
+        return bp
+    name = f"nccl-tests-{tests.version}.tar.gz"
+    tarball = _local_file(tests.tarball, tests.sha256, "bench.nccl_tests.source", say, name)
+    bench = bp.bench.model_copy(update={"nccl_tests": tests.model_copy(update={"source": str(tarball)})})
+    return bp.model_copy(update={"bench": bench})
 
 
 def _local_enroot(enroot: Enroot, say: Callable[[str], None]) -> Enroot:
