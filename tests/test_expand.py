@@ -298,3 +298,30 @@ def test_a_second_expand_leaves_unchanged_files_alone_and_removes_stale_ones(tmp
     assert not (out / "files" / "partition_gpu" / "etc" / "old.conf").exists()
     written = sorted(str(p.relative_to(out)) for p in (out / "files").rglob("*") if p.is_file())
     assert written == sorted(f"files/{f.path}" for f in done.files)
+
+
+def test_a_file_alike_in_every_partition_is_rendered_once_and_is_what_each_alone_renders(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Partitions whose variables are alike share their rendering of a file (a large cluster's partitions mostly
+    are): each file is the one its partition renders alone; a file that names its hosts is rendered per class;
+    a partition with other hardware gets its own gres.conf."""
+    text = blueprint_text(3, 4).replace("count: 8", "count: 4", 1)  # the first partition: 4 GPUs per node
+    bp = parse_blueprint(text, "three.yaml")
+    inventory, extravars = build_vars(bp, SshAccess("root"))
+    declared = [(f"partition_{p.name}", p.hostnames()) for p in bp.partitions]
+    calls: list[str] = []
+
+    def counted(role: str, template: str, ctx: Any, **kw: Any) -> str:
+        calls.append(template)
+        return render(role, template, ctx, **kw)
+
+    monkeypatch.setattr(render_module, "render", counted)
+    together = {f.path: f for f in render_all(inventory, extravars, declared)}
+    assert calls.count("cgroup.conf.j2") == 1 and calls.count("pyxis.conf.j2") == 2  # login node's, then the nodes'
+    assert calls.count("gres.conf.j2") == 3  # its header names the class's hosts
+    for group, hosts in declared:
+        alone = [f for f in render_all(inventory, extravars, [(group, hosts)]) if f.path.startswith(group)]
+        assert alone and all(together[f.path] == f for f in alone), group
+    gres = {p: together[f"{p}/etc/slurm/gres.conf"].text for p, _ in declared}
+    assert "4 x gpu:h100" in gres["partition_p000"] and "8 x gpu:h100" in gres["partition_p001"]

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 SMI = Path(__file__).resolve().parent / "data" / "hw" / "nvidia-smi"
 FAKE = f"""#!/bin/sh
@@ -35,6 +37,7 @@ def test_without_a_driver_it_says_so_and_exits_2(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow  # the whole script on recorded outputs: ~11 s
 def test_recorded_nvidia_smi_outputs_are_parsed_and_every_step_is_recorded(tmp_path: Path) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

@@ -49,6 +49,7 @@ def _tarball(path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow  # a playbook run that compiles: ~11 s
 def test_a_source_that_does_not_compile_fails_with_the_compilers_lines(tmp_path: Path) -> None:
     playbook = tmp_path / "pyxis.yml"
     role = ansible_dir() / "roles" / "enroot_pyxis"

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from collections import ChainMap
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from functools import cache, cached_property
 from typing import Any
 
@@ -255,6 +256,9 @@ def _fill(template: jinja2.Template, scope: Mapping[str, Any]) -> Any:
         return template.environment.handle_exception()  # Jinja's own traceback, as render() gives
 
 
+_ABSENT = object()  # a variable a host does not have
+
+
 def _is_template(value: Any) -> bool:
     return isinstance(value, str) and ("{{" in value or "{%" in value)
 
@@ -267,14 +271,41 @@ class _Scope(Mapping[str, Any]):
     templated variables (rendering them all was half of expanding 10,000 nodes)."""
 
     def __init__(self, values: Mapping[str, Any]) -> None:
+        self._raw = values  # as given: what a rendering's reads are compared by (_Renderer's reuse)
         self._values = dict(values)
         self._pending = {k for k, v in self._values.items() if _is_template(v)}
         self._unresolved: set[str] = set()
         self._reading: list[str] = []  # the variables being rendered, innermost last
+        self._deps: dict[str, frozenset[str]] = {}  # a rendered variable -> every variable its rendering read
+        self._recorders: list[set[str]] = []
+
+    def _note(self, key: str) -> None:
+        if self._recorders:
+            found = self._deps.get(key, frozenset()) | {key}
+            for names in self._recorders:
+                names |= found
+
+    @contextmanager
+    def recording(self) -> Iterator[set[str]]:
+        """The names of every variable read inside the block, with those each read variable's rendering read
+        (also when it was rendered earlier): what the block's result depends on."""
+        names: set[str] = set()
+        self._recorders.append(names)
+        try:
+            yield names
+        finally:
+            self._recorders.pop()
+
+    def raw(self, key: str) -> Any:
+        """The variable as given (a template's text), or _ABSENT."""
+        return self._raw.get(key, _ABSENT)
 
     def __getitem__(self, key: str) -> Any:
+        self._note(key)
         if key in self._pending:
-            self._settle(key)
+            with self.recording() as names:
+                self._settle(key)
+            self._deps[key] = frozenset(names)
         if key in self._unresolved and self._reading:
             self._unresolved.add(self._reading[-1])  # what reads a template that stays one stays one too
         return self._values[key]
@@ -294,6 +325,8 @@ class _Scope(Mapping[str, Any]):
             self._values[key] = value
 
     def __contains__(self, key: object) -> bool:
+        if isinstance(key, str):
+            self._note(key)
         return key in self._values
 
     def __iter__(self) -> Iterator[str]:
@@ -429,6 +462,11 @@ class _Renderer:
         self.extravars = extravars
         self.facts = facts
         self.contexts: dict[tuple[str, str], Mapping[str, Any]] = {}
+        # A config whose every read variable is given alike in another class renders alike: reused, not
+        # rendered again (most of a partition's files are the same in every partition of a large cluster).
+        self.done: dict[int, list[tuple[tuple[tuple[str, Any], ...], list[Rendered]]]] = {}
+        self.rendered = 0
+        self.reused = 0
 
     def context(self, role: str, klass: HostClass, host: str) -> Mapping[str, Any]:
         key = (role, klass.folder)
@@ -440,6 +478,21 @@ class _Renderer:
 
     def one(self, config: Config, klass: HostClass, host: str) -> list[Rendered]:
         ctx = self.context(config.role, klass, host)
+        assert isinstance(ctx, _Scope)
+        earlier = self.done.setdefault(id(config), [])  # CONFIGS' entries live as long as the module
+        for reads, out in earlier:
+            if all(_same(ctx.raw(name), value) for name, value in reads):
+                self.reused += 1
+                return [replace(r, path=f"{klass.folder}{r.dest}", hosts=klass.label) for r in out]
+        with ctx.recording() as names:
+            out = self._render(config, klass, ctx)
+        self.rendered += 1
+        # Only the latest few: a file whose header names its hosts differs in every class, and is never reused.
+        earlier[:] = [*earlier[-(_KEEP - 1) :], (tuple((name, ctx.raw(name)) for name in names), out)]
+        return out
+
+    @staticmethod
+    def _render(config: Config, klass: HostClass, ctx: Mapping[str, Any]) -> list[Rendered]:
         if not _true(config.when, ctx):
             return []
         dest = _fill(_text(config.dest), ctx)
@@ -448,6 +501,13 @@ class _Renderer:
         return [
             Rendered(f"{klass.folder}{dest}", dest, klass.label, config.role, config.template, text, config.assumes)
         ]
+
+
+_KEEP = 4
+
+
+def _same(a: Any, b: Any) -> bool:
+    return a is b or (a is not _ABSENT and b is not _ABSENT and type(a) is type(b) and a == b)
 
 
 def _slurm_hosts(inv: Inventory) -> list[str]:
