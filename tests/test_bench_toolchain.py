@@ -26,6 +26,7 @@ from hpckit.deploy.record import DeploymentRecord
 from hpckit.deploy.render import Inventory, host_context, render_value
 from hpckit.deploy.source_fetch import with_local_toolchain
 from hpckit.errors import InputError
+from hpckit.jobs import library
 from hpckit.proc import LocalTransport
 
 REPO = Path(__file__).resolve().parent.parent
@@ -281,3 +282,25 @@ def test_the_bench_runs_the_recorded_python_and_nccl_tests(tmp_path: Path) -> No
 def test_without_a_toolchain_the_bench_keeps_its_defaults(repo: Path) -> None:
     facts = facts_from_blueprint(load_blueprint(repo / "blueprints" / "lab.yaml"))
     assert (facts.toolchain, facts.python, facts.nccl_tests_dir) == (None, None, None)
+
+
+def test_the_clusters_jobs_default_to_the_toolchains_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real cluster (hpckit from its wheel) names the torch virtualenv as its templates' `python`, so torchrun
+    jobs and a bench run on the login node itself (no --cluster: no record there) run the deployed torch."""
+    bp = blueprint(tmp_path, {"torch": TORCH})
+    inventory, extravars = build_vars(bp, SshAccess("root"))
+    login = bp.login[0].host
+    ctx = host_context(Inventory(inventory), extravars, login, "hpckit_login")
+    venv_python = toolchain_record(bp)["partitions"]["gpu"]["python"]
+    assert render_value("{{ hpckit_login_template_defaults_all }}", ctx) == {"python": venv_python}
+    without = blueprint(tmp_path, {})
+    inventory, extravars = build_vars(without, SshAccess("root"))
+    ctx = host_context(Inventory(inventory), extravars, login, "hpckit_login")
+    assert render_value("{{ hpckit_login_template_defaults_all }}", ctx) == {}
+
+    defaults = tmp_path / "template-defaults.yaml"
+    defaults.write_text(f"python: {venv_python}\n")
+    monkeypatch.setattr(library, "SITE_DEFAULTS", defaults)
+    assert load_facts(None, None).python == venv_python
+    defaults.unlink()
+    assert load_facts(None, None).python is None

@@ -391,7 +391,7 @@ def test_with_a_cluster_the_login_nodes_site_defaults_are_read() -> None:
 def test_the_lab_writes_a_python_with_torch_as_the_default() -> None:
     """The hpckit_login role, shared mode (the lab): `python` is the deploying interpreter, which has torch."""
     role = Path(__file__).resolve().parent.parent / "ansible" / "roles" / "hpckit_login"
-    assert "{'python': hpckit_python} if hpckit_install_mode == 'shared'" in (role / "vars" / "main.yml").read_text()
+    assert "hpckit_python if hpckit_install_mode == 'shared'" in (role / "vars" / "main.yml").read_text()
     assert "template-defaults.yaml" in (role / "tasks" / "main.yml").read_text()
 
 

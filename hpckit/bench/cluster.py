@@ -15,6 +15,7 @@ from hpckit.blueprint.toolchain import partition_toolchain
 from hpckit.clusters import ClusterDir, RecordError, recorded_clusters
 from hpckit.errors import InputError
 from hpckit.hardware import hardware_table
+from hpckit.jobs.library import local_site_defaults
 from hpckit.jobs.params import suggest
 
 DEFAULT_SHARED = "/shared"
@@ -103,7 +104,9 @@ def load_blueprint(cluster: str, state: Path | None = None) -> Blueprint:
 def load_facts(cluster: str | None, partition: str | None, state: Path | None = None) -> ClusterFacts:
     """The record's facts for a named cluster; for this machine's own Slurm, only the partition asked for."""
     if cluster is None:
-        return ClusterFacts(partition=partition)
+        # This machine's own Slurm (a login node): the Python the deploy named for its jobs, where it did.
+        python = local_site_defaults().get("python")
+        return ClusterFacts(partition=partition, python=python if isinstance(python, str) and python else None)
     bp = load_blueprint(cluster, state)
     return facts_from_blueprint(bp, partition, recorded_toolchain(cluster, _partition(bp, partition).name, state))
 
