@@ -177,6 +177,7 @@ def test_nccl_tests_is_built_with_mpi_against_the_declared_homes(tmp_path: Path)
         "nccl=2.27.7",
         "mpi=/usr/lib/x86_64-linux-gnu/openmpi",
         "gencode=-gencode=arch=compute_90,code=sm_90",
+        "sha256=",
     ]
 
 
