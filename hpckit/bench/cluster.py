@@ -105,15 +105,10 @@ def load_facts(cluster: str | None, partition: str | None, state: Path | None = 
     """The record's facts for a named cluster; for this machine's own Slurm, only the partition asked for."""
     if cluster is None:
         # This machine's own Slurm (a login node): the Python the deploy named for its jobs, where it did.
-        python = local_site_defaults().get("python")
-        return ClusterFacts(partition=partition, python=python if isinstance(python, str) and python else None)
+        return ClusterFacts(partition=partition, python=_text(local_site_defaults().get("python")))
     bp = load_blueprint(cluster, state)
-    return facts_from_blueprint(bp, partition, recorded_toolchain(cluster, _partition(bp, partition).name, state))
-
-
-def recorded_toolchain(cluster: str, partition: str, state: Path | None = None) -> dict[str, Any] | None:
-    """What the cluster's last good deploy recorded for the partition's benchmarks; None without a record of it."""
-    return ClusterDir.of(cluster, state).toolchain(partition)
+    recorded = ClusterDir.of(cluster, state).toolchain(_partition(bp, partition).name)
+    return facts_from_blueprint(bp, partition, recorded)
 
 
 def default_cluster(state: Path | None = None) -> str | None:

@@ -10,7 +10,7 @@ import ipaddress
 import re
 from collections.abc import Mapping
 from functools import cached_property
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 import hostlist
 from pydantic import (
@@ -534,19 +534,27 @@ class Enroot(Strict):
         return self.package or ENROOT_RELEASE_URL.format(version=self.version, arch=self.arch)
 
 
-class Pyxis(Strict):
-    version: str = Field("0.24.0", pattern=RELEASE_RE, description="pyxis release, e.g. 0.24.0")
+class SourceRelease(Strict):
+    """A source tarball the hosts build: a release of `version`, from `source` or the project's own release URL."""
+
+    RELEASE_URL: ClassVar[str]
     source: str | None = Field(
         None,
-        description="URL or path (on the deploying machine) of the pyxis source tarball (default: NVIDIA's "
-        "release of `version`)",
+        description="URL or path (on the deploying machine) of the source tarball (default: NVIDIA's release of "
+        "`version`)",
     )
     sha256: SHA256 | None = None
+    version: str
 
     @property
     def tarball(self) -> str:
-        """The pyxis source to build: the named one, else NVIDIA's release."""
-        return self.source or PYXIS_RELEASE_URL.format(version=self.version)
+        """The source to build: the named one, else NVIDIA's release."""
+        return self.source or self.RELEASE_URL.format(version=self.version)
+
+
+class Pyxis(SourceRelease):
+    RELEASE_URL = PYXIS_RELEASE_URL
+    version: str = Field("0.24.0", pattern=RELEASE_RE, description="pyxis release, e.g. 0.24.0")
 
 
 class Containers(Strict):
@@ -599,17 +607,12 @@ class TorchToolchain(Strict):
         return self
 
 
-class NcclTests(Strict):
+class NcclTests(SourceRelease):
     """NVIDIA's nccl-tests on the GPU partitions: built on each GPU node against its CUDA, NCCL and MPI, or
     taken from a container image the jobs run through pyxis."""
 
+    RELEASE_URL = NCCL_TESTS_RELEASE_URL
     version: str = Field("2.13.12", pattern=RELEASE_RE, description="nccl-tests release, e.g. 2.13.12")
-    source: str | None = Field(
-        None,
-        description="URL or path (on the deploying machine) of the nccl-tests source tarball (default: NVIDIA's "
-        "release of `version`)",
-    )
-    sha256: SHA256 | None = None
     image: str | None = Field(
         None,
         description="instead of a build: a container image with nccl-tests' binaries in `image_bin_dir` "
@@ -624,10 +627,6 @@ class NcclTests(Strict):
         pattern=r"^(-gencode=arch=compute_[0-9a-z]+,code=(sm|compute)_[0-9a-z]+ ?)+$",
         description="NVCC_GENCODE for the build (default: nccl-tests' own list for the CUDA found)",
     )
-
-    @property
-    def tarball(self) -> str:
-        return self.source or NCCL_TESTS_RELEASE_URL.format(version=self.version)
 
 
 class BenchToolchain(Strict):

@@ -436,11 +436,12 @@ def run_verify(
     bp: Any, timeout: float, partitions: tuple[str, ...] = (), *, progress: bool = True, evidence: bool = True
 ) -> dict[str, Any]:
     """Verify a deployed blueprint's cluster; its JSON form (what `deploy --verify` records)."""
-    from hpckit.bench.cluster import recorded_toolchain
     from hpckit.bench.verify import VerifyOptions, verify_cluster
+    from hpckit.clusters import ClusterDir
 
     transport = transport_for(bp.cluster_name)
-    recorded = {p.name: recorded_toolchain(bp.cluster_name, p.name) for p in bp.partitions}
+    record = ClusterDir.of(bp.cluster_name)
+    recorded = {p.name: record.toolchain(p.name) for p in bp.partitions}
     toolchains = {name: chain for name, chain in recorded.items() if chain is not None}
     warn: Callable[[str], None] = lambda text: click.echo(f"hpckit: warning: {text}", err=True)  # noqa: E731
     result = verify_cluster(
